@@ -1,0 +1,84 @@
+"""IPU21 (C600) machine constants: the single source of truth for hardware numbers.
+
+Every number cites `shared/docs/ipu21-facts.md` (section numbers as "facts §N") and the
+confidence tag given there: [R] stated by a public source, [I] inferred, [T] taken from the
+reference implementation's reverse-engineered code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- Machine -------------------------------------------------------------------------------
+TILES = 1472  # facts §2.1 [R] S3
+WORKERS = 6  # facts §2.1, §16.2 [R] S5: one supervisor + six worker contexts
+CLOCK_HZ = 1_500_000_000  # facts §2.1/§14.2 [T]: reference profiles default to 1.5 GHz
+
+# --- Tile memory map (facts §4.4, §4.5 [T]; base [R] S8) ------------------------------------
+TILE_MEMORY_BASE = 0x4C000
+TILE_MEMORY_END = 0xE8000  # 624 KiB per tile
+INTERLEAVED_BASE = 0x80000  # region 1 (interleave factor 2) starts here
+LOADER_LIMIT = 0xE7BB0  # the final 0x450 bytes cannot be populated by the loader
+EXECUTABLE_LIMIT = 0x80000  # instruction fetch only below region 1
+ELEMENT_BYTES = 0x4000  # 16 KiB memory element (standard region)
+INTERLEAVED_ELEMENT_BYTES = 0x8000  # 32 KiB element pair in the interleaved region
+APPLICATION_LOAD_BASE = 0x4C010
+HOST_EXCHANGE_APERTURE = (0x50000, 0x58000)
+RUNTIME_STATE = (0x58000, 0x586E0)  # completion, profile stamps, worker stacks
+STANDARD_DATA_BASE = 0x586E0
+DEFAULT_SUPPORT_RESERVATION_BYTES = 3 * 0x4000  # facts §4.4: runtime code, exchange tables
+
+# Ranges no planner may allocate data into: boot/stub + linked code, host aperture, runtime state.
+RESERVED_RANGES: tuple[tuple[int, int], ...] = (
+    (TILE_MEMORY_BASE, 0x50000),
+    HOST_EXCHANGE_APERTURE,
+    RUNTIME_STATE,
+)
+
+# --- Exchange and sync ---------------------------------------------------------------------
+EXCHANGE_BYTES_PER_CYCLE = 4  # facts §7.5 [T]/[I]: one 32-bit word per cycle each way per tile
+WORD_BYTES = 4
+SYNC_CYCLES = 600  # facts §10.2 [T]: global sync per exchange phase on ipu21
+
+# --- Kernel launch and local data movement (facts §12.1 [T]) --------------------------------
+KERNEL_LAUNCH_CYCLES = 11
+LOCAL_COPY_BYTES_PER_CYCLE = 8
+LOCAL_COPY_CALL_CYCLES = 288
+AMP_LEFT_PACK_CYCLES_PER_ELEMENT = 4  # facts §12.2 [T]: repack into AMP-left order
+
+# --- Alignment (facts §5.2 [R], §2.2 reference operand rules [T]) ---------------------------
+AMP_OPERAND_ALIGNMENT = 32
+WORD_ALIGNMENT = 4
+
+# Elementwise add fit from the measured points of facts §14.1 [T]:
+# Add 1152 -> 1368 cycles, Add 2152 -> 2124 cycles (one row each).
+ADD_CYCLES_PER_ELEMENT = (2124 - 1368) / (2152 - 1152)
+ADD_FIXED_CYCLES = 1368 - ADD_CYCLES_PER_ELEMENT * 1152
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """A numeric precision as the AMP engines see it."""
+
+    name: str
+    element_bytes: int
+    amp_macs_per_cycle: int  # per tile, facts §3 [I]
+    k_micro: int  # K elements per coefficient-store panel, facts §15.1 [T]
+    c_micro: int  # output columns per panel, facts §15.1 [T]
+    numpy_name: str
+
+
+F16 = Precision("f16", 2, 64, 16, 16, "float16")
+F32 = Precision("f32", 4, 16, 8, 16, "float32")
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (F16, F32)}
+
+
+def precision(name: str) -> Precision:
+    """Look up a precision by name (``f16`` or ``f32``)."""
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        from ipu_stack.errors import GraphError
+
+        known = ", ".join(sorted(PRECISIONS))
+        raise GraphError(f"unknown precision {name!r}; supported: {known}") from None
