@@ -1,0 +1,105 @@
+"""Lower a planned ComputeGraph to a tile program over logical tiles."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp
+from ipu_stack.low.lower_gemm import lower_gemm
+from ipu_stack.low.program import Binding, LowProgram, ProgramBuilder, Shard
+from ipu_stack.mid.gemm_plan import GemmPlan, GemmProblem, enumerate_plans
+from ipu_stack.target.ipu21 import precision as lookup_precision
+
+
+def gemm_problem(graph: ComputeGraph, op: GemmOp) -> GemmProblem:
+    """The planner's view of one gemm."""
+    left, right, out = graph.value(op.left), graph.value(op.right), graph.value(op.output)
+    out_batch = int(np.prod(out.shape[:-2], dtype=np.int64)) if out.shape[:-2] else 1
+    m, n = out.shape[-2:]
+    k = left.shape[-2] if op.transpose_left else left.shape[-1]
+
+    def batched(v_shape: tuple[int, ...]) -> bool:
+        own = int(np.prod(v_shape[:-2], dtype=np.int64)) if v_shape[:-2] else 1
+        return own > 1 or out_batch == 1
+
+    return GemmProblem(
+        batch=out_batch,
+        m=m,
+        k=k,
+        n=n,
+        precision=lookup_precision(left.dtype),
+        left_kind=left.kind,
+        right_kind=right.kind,
+        left_batched=batched(left.shape),
+        right_batched=batched(right.shape),
+    )
+
+
+def plan_graph(graph: ComputeGraph, tiles: int) -> dict[int, list[GemmPlan]]:
+    """Ranked plans for every operation (cheapest first)."""
+    return {op.id: enumerate_plans(gemm_problem(graph, op), tiles) for op in graph.operations}
+
+
+def lower_program(
+    graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: int
+) -> LowProgram:
+    """Lower every operation with its chosen plan.
+
+    Args:
+        graph: a verified graph.
+        plans: the chosen plan of each operation, by operation id.
+        tile_count: the number of tiles available.
+
+    Returns:
+        The program over logical tiles, with host bindings for inputs, parameters, outputs.
+    """
+    graph.verify()
+    builder = ProgramBuilder()
+    host_shards: dict[int, list[Shard]] = defaultdict(list)
+    value_shards: dict[int, list[Shard]] = {}
+    for op in graph.operations:
+        precision = lookup_precision(graph.value(op.left).dtype)
+        value_shards[op.output] = lower_gemm(
+            graph, op, plans[op.id], precision, builder, host_shards, value_shards
+        )
+    bindings = []
+    for v in graph.values:
+        if v.kind in ("host_input", "parameter"):
+            if not graph.consumers(v.id) and v.id not in graph.outputs:
+                continue
+            if v.id in graph.outputs and not graph.consumers(v.id):
+                raise GraphError(f"output {v.name!r} is a {v.kind} that no operation uses")
+            bindings.append(Binding(v.name, v.kind, v.dtype, v.shape, tuple(host_shards[v.id])))
+    outputs = []
+    for vid in graph.outputs:
+        v = graph.value(vid)
+        if vid not in value_shards:
+            raise GraphError(f"output {v.name!r} is not computed by any operation")
+        outputs.append(Binding(v.name, "output", v.dtype, v.shape, tuple(value_shards[vid])))
+    # Buffers the host reads or writes stay live for the whole run.
+    host_read = {(sh.tile, sh.ref.buffer) for b in outputs for sh in b.shards}
+    host_written = {(sh.tile, sh.ref.buffer) for b in bindings for sh in b.shards}
+    buffers = []
+    for key, buf in builder.buffers.items():
+        if key in host_read or key in host_written:
+            from dataclasses import replace
+
+            buf = replace(buf, host_read=buf.host_read or key in host_read,
+                          host_written=buf.host_written or key in host_written)
+        buffers.append(buf)
+    used = max((b.tile for b in buffers), default=-1) + 1
+    if used > tile_count:  # pragma: no cover - the planner never exceeds the budget
+        raise AssertionError(f"program uses {used} tiles, budget {tile_count}")
+    chosen = [plans[op.id] for op in graph.operations]
+    return LowProgram(
+        tile_count=used,
+        buffers=buffers,
+        steps=builder.steps,
+        bindings=bindings + outputs,
+        estimated_cycles=sum(p.estimated_cycles for p in chosen),
+        estimated_exchange_cycles=sum(p.exchange_cycles for p in chosen),
+        plans={op.name: plans[op.id].describe() for op in graph.operations},
+    )

@@ -1,0 +1,370 @@
+"""Lower one planned gemm to tile buffers, kernel calls, transfers and shards.
+
+Tile ``t = ((bi * pr + ri) * pc + ci) * pk + ki`` computes output batches ``bi``, rows ``ri``,
+columns ``ci`` over the K part ``ki``. Per K step it needs a left block (rows x K-step) and a
+right block (K-step x columns) per distinct operand batch entry. How a block reaches the tile
+depends on the operand's mode (see :class:`~ipu_stack.mid.gemm_plan.GemmPlan`):
+
+* resident: the host writes the whole block into the tile's work buffer before the run;
+* distributed: the block is cut by storage rows into one chunk per tile sharing it; the host
+  writes chunk j onto member j, which multicasts it to the other members before the step;
+* moved: the block is gathered from the producing operation's shards.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp
+from ipu_stack.low.program import (
+    AddCall,
+    Buffer,
+    CopyCall,
+    FillCall,
+    GemmCall,
+    KernelCall,
+    LogicalTransfer,
+    ProgramBuilder,
+    Ref,
+    Shard,
+)
+from ipu_stack.mid.gemm_plan import GemmPlan
+from ipu_stack.target import ipu21
+from ipu_stack.target.ipu21 import Precision
+
+ALIGN = ipu21.AMP_OPERAND_ALIGNMENT
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def batch_map(operand_shape: tuple[int, ...], out_batch: tuple[int, ...]) -> np.ndarray:
+    """For each flattened output batch index, the operand's flattened batch index."""
+    own = operand_shape[:-2]
+    count = int(np.prod(own, dtype=np.int64)) if own else 1
+    ids = np.arange(count).reshape(own) if own else np.array(0)
+    return np.broadcast_to(ids, out_batch).reshape(-1)
+
+
+@dataclass(slots=True)
+class _Block:
+    """One operand block a tile needs for one K step, in kernel orientation."""
+
+    tile: int
+    ref: Ref  # where the kernel reads it
+    vbatch: int
+    krows: tuple[int, int]  # kernel-orientation storage rows (value range)
+    kcols: tuple[int, int]  # kernel-orientation storage cols (value range)
+    storage_rows: int  # padded
+    storage_cols: int  # padded
+    transposed: bool  # value stored transposed relative to kernel orientation
+
+
+@dataclass(slots=True)
+class GemmLowering:
+    """Accumulates what one gemm contributes to the program."""
+
+    builder: ProgramBuilder
+    bindings: dict[int, list[Shard]] = field(default_factory=lambda: defaultdict(list))
+
+
+def _block_shard(block: _Block, row_lo: int, row_hi: int, eb: int) -> Shard | None:
+    """The shard of value elements stored in kernel-storage rows [row_lo, row_hi) of a block."""
+    real_hi = min(row_hi, block.krows[1] - block.krows[0])
+    if real_hi <= row_lo:
+        return None
+    rows = (block.krows[0] + row_lo, block.krows[0] + real_hi)
+    row_stride = block.storage_cols * eb
+    ref = block.ref.at(row_lo * row_stride)
+    if block.transposed:  # storage rows are value columns
+        return Shard(block.tile, ref, (block.vbatch,), block.kcols, rows, row_stride, 0, True)
+    return Shard(block.tile, ref, (block.vbatch,), rows, block.kcols, row_stride, 0, False)
+
+
+def lower_gemm(
+    graph: ComputeGraph,
+    op: GemmOp,
+    plan: GemmPlan,
+    precision: Precision,
+    builder: ProgramBuilder,
+    host_shards: dict[int, list[Shard]],
+    value_shards: dict[int, list[Shard]],
+) -> list[Shard]:
+    """Lower ``op`` under ``plan``; returns the shards of its output value.
+
+    Host-written shards of host inputs and parameters are appended to ``host_shards``;
+    ``value_shards`` holds the shards of values produced by earlier operations.
+    """
+    eb = precision.element_bytes
+    left_v, right_v, out_v = graph.value(op.left), graph.value(op.right), graph.value(op.output)
+    out_batch = out_v.shape[:-2]
+    batch = int(np.prod(out_batch, dtype=np.int64)) if out_batch else 1
+    m, n = out_v.shape[-2:]
+    k = left_v.shape[-2] if op.transpose_left else left_v.shape[-1]
+    lmap, rmap = batch_map(left_v.shape, out_batch), batch_map(right_v.shape, out_batch)
+    for v, flag in ((left_v, op.transpose_left), (right_v, op.transpose_right)):
+        if v.kind == "operation" and flag:
+            raise GraphError(
+                f"{op.name}: a transposed operand produced on chip ({v.name!r}) needs an "
+                "on-chip rearrangement, which is not supported yet"
+            )
+    kmicro, cmicro = precision.k_micro, precision.c_micro
+    pb, pr, pc, pk = plan.batch_parts, plan.row_parts, plan.col_parts, plan.k_parts
+    name = op.name
+    kernels_by_step: dict[int, list[KernelCall]] = defaultdict(list)
+    copies_by_step: dict[int, list[KernelCall]] = defaultdict(list)
+    blocks: dict[int, dict[tuple, list[_Block]]] = defaultdict(lambda: defaultdict(list))
+    modes: dict[tuple, str] = {}
+    moved_blocks: dict[int, list[tuple[_Block, int]]] = defaultdict(list)
+    out_shards: list[Shard] = []
+    reduce_groups: list[list[tuple[int, Ref, int, int, int, tuple[int, int], tuple[int, int]]]] = []
+    steps_max = 0
+
+    for bi in range(pb):
+        b0, b1 = bi * plan.batch_block, min(batch, (bi + 1) * plan.batch_block)
+        for ri in range(pr):
+            r0, r1 = ri * plan.row_block, min(m, (ri + 1) * plan.row_block)
+            for ci in range(pc):
+                c0, c1 = ci * plan.col_block, min(n, (ci + 1) * plan.col_block)
+                cpad = _round_up(c1 - c0, cmicro)
+                group = []
+                for ki in range(pk):
+                    k0, k1 = ki * plan.k_block, min(k, (ki + 1) * plan.k_block)
+                    tile = ((bi * pr + ri) * pc + ci) * pk + ki
+                    rows = r1 - r0
+                    ksteps = [
+                        (s, min(k1, s + plan.k_step)) for s in range(k0, k1, plan.k_step)
+                    ]
+                    steps_max = max(steps_max, len(ksteps))
+                    lslots = list(dict.fromkeys(int(lmap[b]) for b in range(b0, b1)))
+                    rslots = list(dict.fromkeys(int(rmap[b]) for b in range(b0, b1)))
+                    out_stride = rows * cpad * eb
+                    out_ref = builder.buffer(
+                        Buffer(tile, f"{name}.out", _round_up((b1 - b0) * out_stride, ALIGN),
+                               ALIGN, "interleaved")
+                    )
+                    operand_refs = {}
+                    for role, v, slots, mode, trans in (
+                        ("left", left_v, lslots, plan.left_mode, op.transpose_left),
+                        ("right", right_v, rslots, plan.right_mode, op.transpose_right),
+                    ):
+                        def step_bytes(ks: tuple[int, int], role: str = role) -> int:
+                            kp = _round_up(ks[1] - ks[0], kmicro)
+                            return (rows * kp if role == "left" else kp * cpad) * eb
+                        per_step = [len(slots) * step_bytes(ks) for ks in ksteps]
+                        resident = mode == "resident"
+                        size = sum(per_step) if resident else max(per_step)
+                        operand_refs[role] = builder.buffer(
+                            Buffer(
+                                tile, f"{name}.{role}", _round_up(size, ALIGN), ALIGN,
+                                "interleaved" if role == "right" and plan.weights == "interleaved"
+                                else "any",
+                                avoid=(f"{name}.out",) if role == "left" else (),
+                                host_written=resident,
+                            )
+                        )
+                        base = 0
+                        for s, ks in enumerate(ksteps):
+                            kp = _round_up(ks[1] - ks[0], kmicro)
+                            for j, vb in enumerate(slots):
+                                ref = operand_refs[role].at(base + j * step_bytes(ks))
+                                if role == "left":
+                                    blk = _Block(tile, ref, vb, (r0, r1), ks, rows, kp, trans)
+                                else:
+                                    blk = _Block(tile, ref, vb, ks, (c0, c1), kp, cpad, trans)
+                                key = (role, vb, blk.krows, blk.kcols)
+                                modes[key] = mode
+                                if mode == "moved":
+                                    moved_blocks[s].append((blk, v.id))
+                                else:
+                                    blocks[s][key].append(blk)
+                            if resident:
+                                base += per_step[s]
+                    for s, ks in enumerate(ksteps):
+                        kp = _round_up(ks[1] - ks[0], kmicro)
+                        for b in range(b0, b1):
+                            lj, rj = lslots.index(int(lmap[b])), rslots.index(int(rmap[b]))
+                            kernels_by_step[s].append(
+                                GemmCall(
+                                    tile,
+                                    out_ref.at((b - b0) * out_stride),
+                                    operand_refs["left"].at(lj * rows * kp * eb),
+                                    operand_refs["right"].at(rj * kp * cpad * eb),
+                                    rows, kp, cpad, precision, s > 0, plan.weights,
+                                )
+                            )
+                    group.append((tile, out_ref, out_stride, b0, b1, (r0, r1), (c0, cpad)))
+                reduce_groups.append(group)
+                if pk == 1:
+                    tile, out_ref, out_stride, b0, b1, rr, _ = group[0]
+                    out_shards.append(
+                        Shard(tile, out_ref, tuple(range(b0, b1)), rr, (c0, c1),
+                              cpad * eb, out_stride)
+                    )
+
+    # Operand delivery per K step, then the step's kernels.
+    home_sizes: dict[int, dict[str, int]] = defaultdict(dict)
+    for s in range(steps_max):
+        transfers: list[LogicalTransfer] = []
+        for key, members in blocks[s].items():
+            role, mode = key[0], modes[key]
+            if mode == "resident":
+                for blk in members:
+                    shard = _block_shard(blk, 0, blk.storage_rows, eb)
+                    if shard is not None:
+                        host_shards[left_v.id if role == "left" else right_v.id].append(shard)
+                continue
+            vid = left_v.id if role == "left" else right_v.id
+            transfers += _distribute(
+                members, s, steps_max > 1, eb, vid, host_shards, home_sizes, copies_by_step,
+                f"{name}.{role}.home",
+            )
+        fills, moved = _gather_moved(moved_blocks[s], value_shards, eb)
+        builder.compute(fills + copies_by_step[s] + moved[0])
+        builder.exchange(f"{name} operands step {s}", transfers + moved[1])
+        builder.compute(kernels_by_step[s])
+    for tile, sizes in home_sizes.items():
+        for buf_name, size in sizes.items():
+            builder.buffer(Buffer(tile, buf_name, _round_up(size, ALIGN), ALIGN, "any",
+                                  host_written=True))
+    if pk > 1:
+        out_shards += _reduce(reduce_groups, pk, n, precision, builder, name)
+    return out_shards
+
+
+def _distribute(
+    members: list[_Block],
+    step: int,
+    via_home: bool,
+    eb: int,
+    value_id: int,
+    host_shards: dict[int, list[Shard]],
+    home_sizes: dict[int, dict[str, int]],
+    copies_by_step: dict[int, list[KernelCall]],
+    home_name: str,
+) -> list[LogicalTransfer]:
+    """Split a shared block into one chunk per member and multicast each to the others."""
+    members = sorted(members, key=lambda b: b.tile)
+    first = members[0]
+    row_bytes = first.storage_cols * eb
+    h = -(-first.storage_rows // len(members))
+    out = []
+    for j, owner in enumerate(members):
+        lo, hi = j * h, min(first.storage_rows, (j + 1) * h)
+        if hi <= lo:
+            continue
+        size = (hi - lo) * row_bytes
+        if via_home:
+            used = home_sizes[owner.tile].get(home_name, 0)
+            home_sizes[owner.tile][home_name] = used + _round_up(size, ALIGN)
+            src = Ref(home_name, used)
+            copies_by_step[step].append(CopyCall(owner.tile, owner.ref.at(lo * row_bytes), src, size))
+        else:
+            src = owner.ref.at(lo * row_bytes)
+        shard = _block_shard(owner, lo, hi, eb)
+        if shard is not None:
+            host_shards[value_id].append(
+                Shard(shard.tile, src, shard.batches, shard.rows, shard.cols, shard.row_stride,
+                      0, shard.transposed)
+            )
+        dests = tuple((b.tile, b.ref.at(lo * row_bytes)) for b in members if b is not owner)
+        if dests:
+            out.append(LogicalTransfer(owner.tile, src, dests, size // 4))
+    return out
+
+
+def _gather_moved(
+    needs: list[tuple[_Block, int]], value_shards: dict[int, list[Shard]], eb: int
+) -> tuple[list[KernelCall], tuple[list[KernelCall], list[LogicalTransfer]]]:
+    """Transfers (and local copies) that assemble blocks from a producer's shards."""
+    fills: list[KernelCall] = []
+    copies: list[KernelCall] = []
+    by_source: dict[tuple[int, str, int, int], list[tuple[int, Ref]]] = defaultdict(list)
+    arrays: dict[int, np.ndarray] = {}
+    for blk, vid in needs:
+        shards = value_shards[vid]
+        if vid not in arrays:
+            arrays[vid] = np.array(
+                [(sh.batches[0], len(sh.batches), *sh.rows, *sh.cols) for sh in shards]
+            ).reshape(-1, 6)
+        a = arrays[vid]
+        size = blk.storage_rows * blk.storage_cols * eb
+        if (blk.krows[1] - blk.krows[0] < blk.storage_rows
+                or blk.kcols[1] - blk.kcols[0] < blk.storage_cols):
+            fills.append(FillCall(blk.tile, blk.ref, size))
+        hit = (
+            (a[:, 0] <= blk.vbatch) & (blk.vbatch < a[:, 0] + a[:, 1])
+            & (a[:, 2] < blk.krows[1]) & (blk.krows[0] < a[:, 3])
+            & (a[:, 4] < blk.kcols[1]) & (blk.kcols[0] < a[:, 5])
+        )
+        for i in np.flatnonzero(hit):
+            sh = shards[int(i)]
+            rlo, rhi = max(sh.rows[0], blk.krows[0]), min(sh.rows[1], blk.krows[1])
+            clo, chi = max(sh.cols[0], blk.kcols[0]), min(sh.cols[1], blk.kcols[1])
+            nbytes = -(-((chi - clo) * eb) // 4) * 4
+            slot = blk.vbatch - sh.batches[0]
+            dst_stride = blk.storage_cols * eb
+            for r in range(rlo, rhi):
+                src = sh.ref.at(slot * sh.slot_stride + (r - sh.rows[0]) * sh.row_stride
+                                + (clo - sh.cols[0]) * eb)
+                dst = blk.ref.at((r - blk.krows[0]) * dst_stride + (clo - blk.kcols[0]) * eb)
+                if sh.tile == blk.tile:
+                    copies.append(CopyCall(blk.tile, dst, src, nbytes))
+                else:
+                    by_source[(sh.tile, src.buffer, src.offset, nbytes)].append((blk.tile, dst))
+    transfers = [
+        LogicalTransfer(tile, Ref(buf, off), tuple(dests), nbytes // 4)
+        for (tile, buf, off, nbytes), dests in by_source.items()
+    ]
+    return fills, (copies, transfers)
+
+
+def _reduce(
+    groups: list[list[tuple[int, Ref, int, int, int, tuple[int, int], tuple[int, int]]]],
+    pk: int,
+    n: int,
+    precision: Precision,
+    builder: ProgramBuilder,
+    name: str,
+) -> list[Shard]:
+    """Reduce-scatter of K partial products: member q sums row slice q of the group's block."""
+    eb = precision.element_bytes
+    transfers: list[LogicalTransfer] = []
+    adds: list[KernelCall] = []
+    shards: list[Shard] = []
+    for group in groups:
+        tile0, _, out_stride, b0, b1, (r0, r1), (c0, cpad) = group[0]
+        rows = r1 - r0
+        rs = -(-rows // pk)
+        row_bytes = cpad * eb
+        for q, (tile, out_ref, _, _, _, _, _) in enumerate(group):
+            lo, hi = q * rs, min(rows, (q + 1) * rs)
+            if hi <= lo:
+                continue
+            slice_bytes = (hi - lo) * row_bytes
+            others = [g for p, g in enumerate(group) if p != q]
+            recv = builder.buffer(
+                Buffer(tile, f"{name}.partials", _round_up(len(others) * (b1 - b0) * slice_bytes,
+                                                            ALIGN), ALIGN, "any")
+            )
+            for j in range(b1 - b0):
+                inputs = []
+                for p, other in enumerate(others):
+                    dst = recv.at((p * (b1 - b0) + j) * slice_bytes)
+                    src = other[1].at(j * out_stride + lo * row_bytes)
+                    transfers.append(LogicalTransfer(other[0], src, ((tile, dst),), slice_bytes // 4))
+                    inputs.append(dst)
+                adds.append(AddCall(tile, out_ref.at(j * out_stride + lo * row_bytes),
+                                    tuple(inputs), (hi - lo) * cpad, precision))
+            shards.append(
+                Shard(tile, out_ref.at(lo * row_bytes), tuple(range(b0, b1)),
+                      (r0 + lo, r0 + hi), (c0, min(n, c0 + cpad)), row_bytes, out_stride)
+            )
+    builder.exchange(f"{name} reduction", transfers)
+    builder.compute(adds)
+    return shards

@@ -1,0 +1,183 @@
+"""The tile-level program: buffers, kernel calls, logical transfers, bindings.
+
+Everything here names memory as a :class:`Ref` (buffer name + byte offset on a tile) until
+placement turns refs into addresses (:mod:`ipu_stack.place.assign`). A program is a list of
+bulk-synchronous steps: a :class:`ComputeStep` (each tile runs its calls in order) or an
+:class:`ExchangeStep` (a global sync, then every transfer of the phase).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ipu_stack.target.ipu21 import Precision
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A byte position inside a named buffer of one tile."""
+
+    buffer: str
+    offset: int = 0
+
+    def at(self, delta: int) -> Ref:
+        return Ref(self.buffer, self.offset + delta)
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A tile allocation request; ``live`` is filled in from the steps that touch it."""
+
+    tile: int
+    name: str
+    size: int
+    alignment: int
+    region: str  # standard | interleaved | any
+    exclusive_element: bool = False
+    avoid: tuple[str, ...] = ()  # buffers that must not share a memory element with this one
+    host_written: bool = False  # written by the host before the run: live from step 0
+    host_read: bool = False  # read by the host after the run: live to the end
+
+
+@dataclass(frozen=True, slots=True)
+class GemmCall:
+    """out[rows, c] (+)= left[rows, k] @ right[k, c] on one tile (AMP kernel)."""
+
+    tile: int
+    out: Ref
+    left: Ref
+    right: Ref
+    rows: int
+    k: int
+    c: int
+    precision: Precision
+    accumulate: bool
+    weights: str  # interleaved | standard
+
+
+@dataclass(frozen=True, slots=True)
+class AddCall:
+    """out[elements] += sum(inputs[i][elements]) in the tensor precision."""
+
+    tile: int
+    out: Ref
+    inputs: tuple[Ref, ...]
+    elements: int
+    precision: Precision
+
+
+@dataclass(frozen=True, slots=True)
+class CopyCall:
+    """Local copy of ``size`` bytes on one tile."""
+
+    tile: int
+    dst: Ref
+    src: Ref
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class FillCall:
+    """Zero ``size`` bytes on one tile (padding that is not written otherwise)."""
+
+    tile: int
+    dst: Ref
+    size: int
+
+
+KernelCall = GemmCall | AddCall | CopyCall | FillCall
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalTransfer:
+    """``words`` 32-bit words from a source tile to one or more destination tiles."""
+
+    source_tile: int
+    source: Ref
+    destinations: tuple[tuple[int, Ref], ...]
+    words: int
+
+
+@dataclass(slots=True)
+class ComputeStep:
+    calls: list[KernelCall] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ExchangeStep:
+    label: str
+    transfers: list[LogicalTransfer] = field(default_factory=list)
+
+
+Step = ComputeStep | ExchangeStep
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Part of a value held on one tile.
+
+    The shard holds value elements ``[batches[j], rows[0]:rows[1], cols[0]:cols[1]]`` of the
+    value's canonical 3-D view ``[batch, rows, cols]``. Slot ``j`` starts at
+    ``ref.offset + j * slot_stride``; storage rows are value rows (or value columns when
+    ``transposed``), ``row_stride`` bytes apart, elements packed within a row.
+    """
+
+    tile: int
+    ref: Ref
+    batches: tuple[int, ...]
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+    row_stride: int
+    slot_stride: int
+    transposed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """How the host reaches a graph value: the shards it writes (inputs) or reads (outputs)."""
+
+    name: str
+    role: str  # host_input | parameter | output
+    dtype: str
+    shape: tuple[int, ...]
+    shards: tuple[Shard, ...]
+
+
+@dataclass(slots=True)
+class LowProgram:
+    """A lowered program over logical tiles 0..tile_count-1."""
+
+    tile_count: int
+    buffers: list[Buffer]
+    steps: list[Step]
+    bindings: list[Binding]
+    estimated_cycles: int
+    estimated_exchange_cycles: int
+    plans: dict[str, dict[str, object]]
+
+
+@dataclass(slots=True)
+class ProgramBuilder:
+    """Appends steps, merging consecutive compute steps; drops empty exchange steps."""
+
+    steps: list[Step] = field(default_factory=list)
+    buffers: dict[tuple[int, str], Buffer] = field(default_factory=dict)
+
+    def compute(self, calls: list[KernelCall]) -> None:
+        if not calls:
+            return
+        if self.steps and isinstance(self.steps[-1], ComputeStep):
+            self.steps[-1].calls.extend(calls)
+        else:
+            self.steps.append(ComputeStep(list(calls)))
+
+    def exchange(self, label: str, transfers: list[LogicalTransfer]) -> None:
+        if transfers:
+            self.steps.append(ExchangeStep(label, list(transfers)))
+
+    def buffer(self, buf: Buffer) -> Ref:
+        key = (buf.tile, buf.name)
+        if key in self.buffers:
+            raise ValueError(f"buffer {buf.name} defined twice on tile {buf.tile}")
+        self.buffers[key] = buf
+        return Ref(buf.name)

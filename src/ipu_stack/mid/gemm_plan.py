@@ -1,0 +1,309 @@
+"""GEMM planning: enumerate tile grids and block shapes, cost them, keep the cheapest that fit.
+
+A plan splits the (broadcast, flattened) batch axis, the output rows, the output columns and
+the inner K axis over a grid of ``pb x pr x pc x pk`` tiles. Each tile multiplies a
+``rows x kc`` left block by a ``kc x c`` right block (K padded to the AMP panel depth, columns
+to 16) for each of its batch entries. With ``pk > 1`` the K partial products are combined by a
+reduce-scatter (an exchange phase plus an add on each tile). The whole space is evaluated at
+once with NumPy; there are typically 10^4-10^5 candidates.
+
+Cost model (all per busiest tile, in cycles):
+    kernel      = batches x (gemm_kernel_cycles(rows, kc, c) + launch)
+    operands    = words to receive for exchanged operands (host inputs are delivered split
+                  across the tiles that share a block and multicast between them: a group of
+                  g >= 3 tiles needs the whole block time, g == 2 half of it, g == 1 nothing)
+    reduction   = (pk - 1) x slice words + add kernel
+    syncs       = 600 per exchange phase
+Parameters (weights) are stored in whatever layout the plan wants, replicated as needed; they
+are uploaded before the run and cost nothing here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu_stack.errors import PlanError
+from ipu_stack.target import ipu21
+from ipu_stack.target.gemm_cycles import gemm_kernel_cycles_array
+from ipu_stack.target.ipu21 import Precision
+
+STANDARD_DATA_BYTES = (
+    ipu21.INTERLEAVED_BASE - ipu21.STANDARD_DATA_BASE - ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES
+)
+INTERLEAVED_DATA_BYTES = ipu21.LOADER_LIMIT - ipu21.INTERLEAVED_BASE
+ALIGN = ipu21.AMP_OPERAND_ALIGNMENT
+# Tolerance for allocator losses (element rounding of exclusive buffers, alignment).
+ELEMENT_SLACK = ipu21.INTERLEAVED_ELEMENT_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class GemmProblem:
+    """What the planner needs to know about one gemm, in canonical 3-D form."""
+
+    batch: int  # flattened output batch
+    m: int
+    k: int
+    n: int
+    precision: Precision
+    left_kind: str  # host_input | parameter | operation
+    right_kind: str
+    left_batched: bool  # left has the full output batch (else broadcast to it)
+    right_batched: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPlan:
+    """One way to run a gemm on the tiles, with its estimated cost.
+
+    ``left_mode`` / ``right_mode`` say where an operand lives: ``resident`` (each tile holds
+    its whole block from the start: parameters only), ``distributed`` (the block is split
+    over the tiles that share it and multicast between them before each K step), or
+    ``moved`` (produced on chip by another operation and moved into place).
+    """
+
+    batch_parts: int
+    row_parts: int
+    col_parts: int
+    k_parts: int
+    k_steps: int
+    batch_block: int
+    row_block: int
+    col_block: int  # padded to 16
+    k_block: int  # per parallel K part, padded to the AMP panel depth
+    k_step: int  # per serial step, padded to the AMP panel depth
+    weights: str  # interleaved | standard: memory class of the right operand
+    left_mode: str
+    right_mode: str
+    tiles: int
+    kernel_cycles: int
+    copy_cycles: int
+    operand_exchange_cycles: int
+    reduction_exchange_cycles: int
+    reduction_cycles: int
+    exchange_phases: int
+    estimated_cycles: int
+    peak_bytes: int
+    interleaved_bytes: int
+
+    @property
+    def exchange_cycles(self) -> int:
+        return (
+            self.operand_exchange_cycles
+            + self.reduction_exchange_cycles
+            + self.exchange_phases * ipu21.SYNC_CYCLES
+        )
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "grid": {
+                "batch": self.batch_parts,
+                "rows": self.row_parts,
+                "cols": self.col_parts,
+                "k": self.k_parts,
+                "k_steps": self.k_steps,
+            },
+            "block": {
+                "batch": self.batch_block,
+                "rows": self.row_block,
+                "cols": self.col_block,
+                "k": self.k_block,
+                "k_step": self.k_step,
+            },
+            "weights": self.weights,
+            "left": self.left_mode,
+            "right": self.right_mode,
+            "active_tiles": self.tiles,
+            "estimated_cycles": self.estimated_cycles,
+            "kernel_cycles": self.kernel_cycles,
+            "exchange_cycles": self.exchange_cycles,
+            "reduction_cycles": self.reduction_cycles,
+            "exchange_phases": self.exchange_phases,
+            "peak_bytes_per_tile": self.peak_bytes,
+        }
+
+
+def _ceil_div(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+    return -(-np.asarray(a) // np.asarray(b))
+
+
+def _chunk_choices(extent: int, max_parts: int) -> np.ndarray:
+    """Distinct chunk sizes ceil(extent / p) for p = 1..min(extent, max_parts)."""
+    parts = np.arange(1, min(extent, max_parts) + 1)
+    return np.unique(_ceil_div(extent, parts))
+
+
+def _round_up(x: np.ndarray, m: int) -> np.ndarray:
+    return _ceil_div(x, m) * m
+
+
+def _multicast_cycles(words: np.ndarray, group: np.ndarray) -> np.ndarray:
+    # A block split over g tiles and multicast among them: for g >= 3 every pair of transfers
+    # shares a receiver, so they serialise to the whole block; g == 2 swaps halves in parallel.
+    return np.where(group >= 3, words, np.where(group == 2, _ceil_div(words, 2), 0))
+
+
+def _expand(cands: dict[str, np.ndarray], name: str, choices: np.ndarray) -> dict[str, np.ndarray]:
+    """Cartesian product of the candidate table with one more column."""
+    n, m = next(iter(cands.values())).size, choices.size
+    out = {key: np.repeat(col, m) for key, col in cands.items()}
+    out[name] = np.tile(choices, n)
+    return out
+
+
+def _modes(kind: str) -> list[str]:
+    if kind == "parameter":
+        return ["resident", "distributed"]
+    return ["moved" if kind == "operation" else "distributed"]
+
+
+MODE_CODES = {"resident": 0, "distributed": 1, "moved": 2}
+MODE_NAMES = {v: k for k, v in MODE_CODES.items()}
+
+
+def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[GemmPlan]:
+    """The cheapest feasible plans for ``problem`` on at most ``tiles`` tiles, best first.
+
+    Raises:
+        PlanError: if no plan fits in tile memory, naming the smallest shortfall.
+    """
+    p = problem
+    eb = p.precision.element_bytes
+    kmicro, cmicro = p.precision.k_micro, p.precision.c_micro
+    k_blocks = int(_ceil_div(p.k, kmicro))
+    c_blocks = int(_ceil_div(p.n, cmicro))
+    grid = np.array(
+        np.meshgrid(
+            _chunk_choices(p.batch, tiles),
+            _chunk_choices(p.m, tiles),
+            _chunk_choices(c_blocks, tiles),
+            _chunk_choices(k_blocks, tiles),
+            indexing="ij",
+        )
+    ).reshape(4, -1)
+    used = (
+        _ceil_div(p.batch, grid[0])
+        * _ceil_div(p.m, grid[1])
+        * _ceil_div(c_blocks, grid[2])
+        * _ceil_div(k_blocks, grid[3])
+    )
+    keep = used <= tiles
+    cands = {"bb": grid[0][keep], "rb": grid[1][keep], "cb": grid[2][keep], "kb": grid[3][keep]}
+    steps = 2 ** np.arange(0, int(np.log2(max(k_blocks, 1))) + 1)
+    cands = _expand(cands, "steps", steps)
+    cands = {k: v[cands["steps"] <= cands["kb"]] for k, v in cands.items()}
+    cands = _expand(cands, "wint", np.array([1, 0]))
+    cands = _expand(cands, "lmode", np.array([MODE_CODES[m] for m in _modes(p.left_kind)]))
+    cands = _expand(cands, "rmode", np.array([MODE_CODES[m] for m in _modes(p.right_kind)]))
+    bb, rb, cb, kb = cands["bb"], cands["rb"], cands["cb"], cands["kb"]
+    wint, lmode, rmode = cands["wint"].astype(bool), cands["lmode"], cands["rmode"]
+    pb = _ceil_div(p.batch, bb)
+    pr = _ceil_div(p.m, rb)
+    pc = _ceil_div(c_blocks, cb)
+    pk = _ceil_div(k_blocks, kb)
+    ksb = _ceil_div(kb, cands["steps"])  # K blocks per serial step
+    steps = _ceil_div(kb, ksb)
+    used = pb * pr * pc * pk
+    cols, kc, kstep = cb * cmicro, kb * kmicro, ksb * kmicro
+    launch = ipu21.KERNEL_LAUNCH_CYCLES
+
+    # Kernel cycles of the busiest tile: full steps plus a shorter last step.
+    last = kb - (steps - 1) * ksb
+    per_step = gemm_kernel_cycles_array(rb, kstep, cols, p.precision, wint) + launch
+    last_step = gemm_kernel_cycles_array(rb, last * kmicro, cols, p.precision, wint) + launch
+    kernel = bb * ((steps - 1) * per_step + last_step)
+
+    left_slots = bb if p.left_batched else np.ones_like(bb)
+    right_slots = bb if p.right_batched else np.ones_like(bb)
+    left_group = pc * (1 if p.left_batched else pb)
+    right_group = pr * (1 if p.right_batched else pb)
+    left_step_bytes = left_slots * rb * kstep * eb
+    right_step_bytes = right_slots * kstep * cols * eb
+
+    def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray):  # type: ignore[no-untyped-def]
+        words = step_bytes // 4
+        exchange = np.where(
+            mode == MODE_CODES["resident"],
+            0,
+            np.where(mode == MODE_CODES["distributed"], _multicast_cycles(words, group), words),
+        )
+        resident = mode == MODE_CODES["resident"]
+        split = (mode == MODE_CODES["distributed"]) & (steps > 1)
+        work = _round_up(np.where(resident, steps * step_bytes, step_bytes), ALIGN)
+        home = np.where(split, _round_up(steps * _ceil_div(step_bytes, group), ALIGN), 0)
+        # The tile's own share of a split block is copied locally into the work buffer.
+        copy = np.where(
+            split,
+            _ceil_div(_ceil_div(step_bytes, group), ipu21.LOCAL_COPY_BYTES_PER_CYCLE)
+            + ipu21.LOCAL_COPY_CALL_CYCLES,
+            0,
+        )
+        return exchange * steps, work + home, work, copy * steps
+
+    left_x, left_mem, left_work, left_copy = operand(lmode, left_step_bytes, left_group)
+    right_x, right_mem, right_work, right_copy = operand(rmode, right_step_bytes, right_group)
+    operand_x = left_x + right_x
+    operand_phases = np.where(operand_x > 0, steps, 0)
+    out_bytes = _round_up(bb * rb * cols * eb, ALIGN)
+    slice_rows = _ceil_div(rb, pk)
+    slice_elems = bb * slice_rows * cols
+    reduce_words = np.where(pk > 1, (pk - 1) * _ceil_div(slice_elems * eb, 4), 0)
+    reduce_bytes = np.where(pk > 1, (pk - 1) * _round_up(slice_elems * eb, ALIGN), 0)
+    reduce_kernel = np.where(
+        pk > 1,
+        np.ceil(ipu21.ADD_FIXED_CYCLES + ipu21.ADD_CYCLES_PER_ELEMENT * (pk - 1) * slice_elems)
+        .astype(np.int64) + launch,
+        0,
+    )
+    phases = operand_phases + (pk > 1)
+    copies = left_copy + right_copy
+    total = (
+        kernel + copies + operand_x + reduce_words + reduce_kernel + phases * ipu21.SYNC_CYCLES
+    )
+    # Output accumulators (and interleaved weights) must sit in the interleaved region; the
+    # left operand and the output must not share an element (each rounds to one element).
+    interleaved = out_bytes + np.where(wint, right_work, 0) + ELEMENT_SLACK
+    peak = left_mem + right_mem + out_bytes + reduce_bytes + 2 * ELEMENT_SLACK
+    capacity = STANDARD_DATA_BYTES + INTERLEAVED_DATA_BYTES
+    fits = (interleaved <= INTERLEAVED_DATA_BYTES) & (peak <= capacity)
+    if not fits.any():
+        shortfall = int((peak - capacity).min())
+        raise PlanError(
+            f"gemm {p.batch}x{p.m}x{p.k}x{p.n} ({p.precision.name}) does not fit in tile memory "
+            f"on {tiles} tiles: the smallest plan needs {int(peak.min())} bytes per tile, "
+            f"{shortfall} more than the {capacity} available"
+        )
+    idx = np.flatnonzero(fits)
+    # Cheapest first; ties go to fewer tiles, then to the smaller memory footprint.
+    order = idx[np.lexsort((peak[idx], used[idx], total[idx]))]
+    plans = []
+    for i in order[:limit]:
+        plans.append(
+            GemmPlan(
+                batch_parts=int(pb[i]),
+                row_parts=int(pr[i]),
+                col_parts=int(pc[i]),
+                k_parts=int(pk[i]),
+                k_steps=int(steps[i]),
+                batch_block=int(bb[i]),
+                row_block=int(rb[i]),
+                col_block=int(cols[i]),
+                k_block=int(kc[i]),
+                k_step=int(kstep[i]),
+                weights="interleaved" if wint[i] else "standard",
+                left_mode=MODE_NAMES[int(lmode[i])],
+                right_mode=MODE_NAMES[int(rmode[i])],
+                tiles=int(used[i]),
+                kernel_cycles=int(kernel[i]),
+                copy_cycles=int(copies[i]),
+                operand_exchange_cycles=int(operand_x[i]),
+                reduction_exchange_cycles=int(reduce_words[i]),
+                reduction_cycles=int(reduce_kernel[i]),
+                exchange_phases=int(phases[i]),
+                estimated_cycles=int(total[i]),
+                peak_bytes=int(peak[i]),
+                interleaved_bytes=int(interleaved[i]),
+            )
+        )
+    return plans

@@ -1,0 +1,132 @@
+"""The build driver: named phases in order, each timed and traced.
+
+    plan          rank operator plans per operation (vectorised cost model)
+    lower         lower the chosen plans to logical tile shards, work lists, exchange steps
+    place         lifetimes + SRAM addresses on the IPU21 map (falls back to leaner plans)
+    schedule      physical exchange phases, scheduled and verified
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ipu_stack.errors import PlanError
+from ipu_stack.exchange.bounds import endpoint_lower_bound
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
+from ipu_stack.exchange.schedule_greedy import schedule_phase
+from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.low.lower import lower_program, plan_graph
+from ipu_stack.low.program import ExchangeStep, LowProgram
+from ipu_stack.mid.gemm_plan import GemmPlan
+from ipu_stack.place.assign import Placement, physical_phase, place_program
+from ipu_stack.target.ipu21 import TILES
+from ipu_stack.trace import Trace
+
+MAX_PLACEMENT_RETRIES = 8
+LARGE_PHASE_TRANSFERS = 1000
+
+
+@dataclass(slots=True)
+class BuildConfig:
+    """Build options; every default is what a user gets from the CLI."""
+
+    tiles: int = TILES
+
+
+@dataclass(slots=True)
+class Build:
+    """Everything a build produced, ready to run on a device."""
+
+    graph: ComputeGraph
+    program: LowProgram
+    placement: Placement
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]]
+    trace: Trace
+    plans: dict[int, GemmPlan] = field(default_factory=dict)
+
+    def report(self) -> dict[str, object]:
+        return {
+            "phases": self.trace.phases,
+            "events": self.trace.events,
+            "plans": self.program.plans,
+            "estimated_cycles": self.program.estimated_cycles,
+            "estimated_exchange_cycles": self.program.estimated_exchange_cycles,
+            "memory": self.placement.peaks,
+        }
+
+
+def build(graph: ComputeGraph, config: BuildConfig | None = None, trace: Trace | None = None
+          ) -> Build:
+    """Compile ``graph`` for the IPU21: plan, lower, place, schedule.
+
+    Raises:
+        GraphError: the graph is invalid.
+        PlanError: nothing fits in tile memory (says what and by how much).
+    """
+    config = config or BuildConfig()
+    trace = trace or Trace()
+    if not 1 <= config.tiles <= TILES:
+        from ipu_stack.errors import GraphError
+
+        raise GraphError(f"--tiles must be between 1 and {TILES}, got {config.tiles}")
+    graph.verify()
+    with trace.phase("plan"):
+        ranked = plan_graph(graph, config.tiles)
+    choice = {op_id: 0 for op_id in ranked}
+    for attempt in range(MAX_PLACEMENT_RETRIES):
+        plans = {op_id: ranked[op_id][i] for op_id, i in choice.items()}
+        with trace.phase("lower"):
+            program = lower_program(graph, plans, config.tiles)
+        try:
+            with trace.phase("place"):
+                placement = place_program(program)
+            break
+        except PlanError as err:
+            # Fall back, for every operation, to the cheapest plan with a smaller footprint.
+            moved = False
+            for op_id, i in choice.items():
+                current = ranked[op_id][i].peak_bytes
+                for j in range(i + 1, len(ranked[op_id])):
+                    if ranked[op_id][j].peak_bytes < current:
+                        choice[op_id], moved = j, True
+                        break
+            if not moved or attempt == MAX_PLACEMENT_RETRIES - 1:
+                raise err
+            trace.event("placement failed; trying leaner plans", attempt=attempt,
+                        reason=str(err).splitlines()[0])
+    for op in graph.operations:
+        trace.event("selected gemm plan", operation=op.name, **_flat(program.plans[op.name]))
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
+    with trace.phase("schedule_exchange"):
+        for index, step in enumerate(program.steps):
+            if not isinstance(step, ExchangeStep):
+                continue
+            phase = physical_phase(step, placement)
+            large = len(phase.transfers) > LARGE_PHASE_TRANSFERS
+            bound = endpoint_lower_bound(phase)
+            if large:
+                trace.event("prepared large physical exchange phase", phase=index,
+                            transfers=len(phase.transfers))
+            schedule = schedule_phase(phase)
+            verify_schedule(phase, schedule)
+            if large:
+                trace.event("optimized physical exchange schedule", phase=index,
+                            selected_horizon=schedule.horizon, endpoint_lower_bound=bound,
+                            lower_bound_gap=schedule.horizon - bound,
+                            selected_kind=schedule.kind)
+            schedules[index] = (phase, schedule)
+    trace.event("lowered graph for package construction",
+                logical_shards=sum(len(b.shards) for b in program.bindings),
+                exchange_phases=len(schedules))
+    return Build(graph, program, placement, schedules, trace, plans)
+
+
+def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}_"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

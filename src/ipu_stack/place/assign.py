@@ -1,0 +1,116 @@
+"""Placement: buffer lifetimes, SRAM addresses per tile, and physical exchange phases.
+
+Logical tile ``l`` runs on physical tile ``logical_to_physical(l)`` (the C600 map; tile-mapping
+screening comes later). Tiles whose buffer lists are identical share one allocation run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu_stack.errors import PlanError
+from ipu_stack.exchange.model import ExchangePhase, Transfer
+from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram, Ref
+from ipu_stack.place.sram import BufferRequest, allocate_tile, region_peaks
+from ipu_stack.target.ipu21 import TILES
+from ipu_stack.target.topology import logical_to_physical
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    name: str
+    address: int
+    size: int
+    live: tuple[int, int]
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where every buffer of a program lives."""
+
+    physical: np.ndarray  # logical tile -> physical tile id
+    allocations: list[dict[str, Allocation]]  # by logical tile
+    peaks: dict[str, int]
+
+    def address(self, tile: int, ref: Ref) -> int:
+        return self.allocations[tile][ref.buffer].address + ref.offset
+
+
+def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, int]]:
+    """First and last step (inclusive) that touch each buffer."""
+    seen: dict[tuple[int, str], list[int]] = {}
+
+    def touch(tile: int, ref: Ref, step: int) -> None:
+        span = seen.setdefault((tile, ref.buffer), [step, step])
+        span[0], span[1] = min(span[0], step), max(span[1], step)
+
+    for i, step in enumerate(program.steps):
+        if isinstance(step, ComputeStep):
+            for call in step.calls:
+                for field_name in ("out", "left", "right", "dst", "src"):
+                    ref = getattr(call, field_name, None)
+                    if isinstance(ref, Ref):
+                        touch(call.tile, ref, i)
+                for ref in getattr(call, "inputs", ()):
+                    touch(call.tile, ref, i)
+        else:
+            for t in step.transfers:
+                touch(t.source_tile, t.source, i)
+                for tile, ref in t.destinations:
+                    touch(tile, ref, i)
+    return {k: (v[0], v[1]) for k, v in seen.items()}
+
+
+def place_program(program: LowProgram) -> Placement:
+    """Allocate every buffer; dead buffers' bytes are reused by later ones.
+
+    Raises:
+        PlanError: if a tile's buffers do not fit (names the tile and buffer).
+    """
+    spans = buffer_lifetimes(program)
+    end = len(program.steps) + 1
+    per_tile: dict[int, list[BufferRequest]] = defaultdict(list)
+    for buf in program.buffers:
+        first, last = spans.get((buf.tile, buf.name), (0, 0))
+        live = (0 if buf.host_written else first, end if buf.host_read else last + 1)
+        per_tile[buf.tile].append(
+            BufferRequest(buf.name, buf.size, buf.alignment, buf.region, live,
+                          buf.exclusive_element, buf.avoid)
+        )
+    cache: dict[tuple, dict[str, int]] = {}
+    allocations: list[dict[str, Allocation]] = [{} for _ in range(program.tile_count)]
+    peaks = {"standard_peak_bytes": 0, "interleaved_peak_bytes": 0, "largest_standard_bytes": 0}
+    for tile in range(program.tile_count):
+        requests = sorted(per_tile.get(tile, []), key=lambda r: r.name)
+        key = tuple(requests)
+        if key not in cache:
+            try:
+                cache[key] = allocate_tile(requests)
+            except PlanError as err:
+                raise PlanError(f"tile {tile}: {err}") from None
+            for k, v in region_peaks(requests, cache[key]).items():
+                peaks[k] = max(peaks[k], v)
+        addresses = cache[key]
+        allocations[tile] = {
+            r.name: Allocation(r.name, addresses[r.name], r.size, r.live) for r in requests
+        }
+    physical = np.asarray(logical_to_physical(np.arange(program.tile_count)), dtype=np.int64)
+    return Placement(physical, allocations, peaks)
+
+
+def physical_phase(step: ExchangeStep, placement: Placement) -> ExchangePhase:
+    """The exchange step with physical tile ids and byte addresses."""
+    phys = placement.physical
+    transfers = tuple(
+        Transfer(
+            int(phys[t.source_tile]),
+            placement.address(t.source_tile, t.source),
+            tuple((int(phys[tile]), placement.address(tile, ref)) for tile, ref in t.destinations),
+            t.words,
+        )
+        for t in step.transfers
+    )
+    return ExchangePhase(transfers, TILES)

@@ -1,0 +1,381 @@
+"""SimDevice: the embedded IPU21 simulator, and the executable definition of a program.
+
+Per-tile SRAM is a byte array at the IPU21 addresses (only tiles the program uses are
+allocated). The host writes inputs and weights through bindings; exchange steps move words as
+scheduled; kernels run their reference semantics (NumPy) on the bytes at their operand
+addresses; each tile keeps a cycle clock.
+
+It does not trust the compiler. It rejects allocations outside tile memory, in reserved
+ranges, or overlapping another live allocation; accesses outside a live allocation or
+misaligned for their kernel; schedules in which a receiver hears two senders in one cycle (or
+that otherwise fail the independent exchange verifier); and a tile sending from bytes that the
+same phase writes.
+
+Numeric model of the F16 AMP GEMM (``f16v4hihov4amp``, "half in, half out"): inputs are f16,
+and the partial sums live in memory as f16. For each K16 x C16 coefficient panel the engines
+form the 16 products of a row in wider precision (modelled as f32) and add them to the f16
+partial read from memory; the sum is rounded to f16 when written back. So rounding to f16
+happens once per K16 panel, K/16 times per output. F32 GEMMs accumulate in f32 throughout.
+The reduction add sums its inputs in f32 and rounds once to the tensor precision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu_stack.errors import SimulationError
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
+from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.low.program import (
+    AddCall,
+    ComputeStep,
+    CopyCall,
+    FillCall,
+    GemmCall,
+    KernelCall,
+    LowProgram,
+    Ref,
+    Shard,
+)
+from ipu_stack.place.assign import Placement
+from ipu_stack.target import ipu21
+from ipu_stack.target.gemm_cycles import gemm_kernel_cycles
+
+MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
+
+
+def call_cycles(call: KernelCall) -> int:
+    """Cycles of one kernel call, launch included (target formulas)."""
+    launch = ipu21.KERNEL_LAUNCH_CYCLES
+    if isinstance(call, GemmCall):
+        return gemm_kernel_cycles(call.rows, call.k, call.c, call.precision, call.weights) + launch
+    if isinstance(call, AddCall):
+        work = ipu21.ADD_CYCLES_PER_ELEMENT * len(call.inputs) * call.elements
+        return int(np.ceil(ipu21.ADD_FIXED_CYCLES + work)) + launch
+    size = call.size
+    return -(-size // ipu21.LOCAL_COPY_BYTES_PER_CYCLE) + ipu21.LOCAL_COPY_CALL_CYCLES
+
+
+@dataclass(slots=True)
+class RunResult:
+    outputs: dict[str, np.ndarray]
+    cycles: int
+    tile_cycles: np.ndarray
+    step_cycles: list[int]
+    seconds: float
+
+
+class SimDevice:
+    """Runs a placed, scheduled program on simulated IPU21 tiles."""
+
+    name = "sim"
+
+    def __init__(self, clock_hz: int = ipu21.CLOCK_HZ) -> None:
+        self.clock_hz = clock_hz
+
+    # -- checks -------------------------------------------------------------------------------
+    @staticmethod
+    def check_allocations(placement: Placement) -> None:
+        """Reject allocations outside tile memory, in reserved ranges, or overlapping."""
+        seen: set[tuple] = set()
+        for tile, allocs in enumerate(placement.allocations):
+            key = tuple(sorted((a.address, a.size, a.live) for a in allocs.values()))
+            if key in seen:
+                continue
+            seen.add(key)
+            items = sorted(allocs.values(), key=lambda a: a.address)
+            for a in items:
+                end = a.address + a.size
+                if a.address < ipu21.TILE_MEMORY_BASE or end > ipu21.LOADER_LIMIT:
+                    raise SimulationError(
+                        f"tile {tile}: allocation {a.name!r} [{a.address:#x}, {end:#x}) lies "
+                        f"outside loadable tile memory [{ipu21.TILE_MEMORY_BASE:#x}, "
+                        f"{ipu21.LOADER_LIMIT:#x})"
+                    )
+                for lo, hi in ipu21.RESERVED_RANGES:
+                    if a.address < hi and lo < end:
+                        raise SimulationError(
+                            f"tile {tile}: allocation {a.name!r} [{a.address:#x}, {end:#x}) "
+                            f"overlaps the reserved range [{lo:#x}, {hi:#x})"
+                        )
+            for i, a in enumerate(items):
+                for b in items[i + 1:]:
+                    if b.address >= a.address + a.size:
+                        break
+                    if a.live[0] < b.live[1] and b.live[0] < a.live[1]:
+                        raise SimulationError(
+                            f"tile {tile}: live allocations {a.name!r} [{a.address:#x}, "
+                            f"{a.address + a.size:#x}) and {b.name!r} [{b.address:#x}, "
+                            f"{b.address + b.size:#x}) overlap during steps "
+                            f"{max(a.live[0], b.live[0])}..{min(a.live[1], b.live[1]) - 1}"
+                        )
+
+    def _span(self, placement: Placement, tile: int, ref: Ref, size: int, step: int | None,
+              alignment: int, what: str) -> int:
+        """Check an access and return its offset into the tile's memory array."""
+        alloc = placement.allocations[tile].get(ref.buffer)
+        if alloc is None:
+            raise SimulationError(f"step {step} tile {tile}: {what} names no allocation "
+                                  f"{ref.buffer!r}")
+        address = alloc.address + ref.offset
+        if address < ipu21.TILE_MEMORY_BASE or address + size > ipu21.TILE_MEMORY_END:
+            raise SimulationError(
+                f"step {step} tile {tile}: {what} [{address:#x}, {address + size:#x}) is past "
+                f"tile memory [{ipu21.TILE_MEMORY_BASE:#x}, {ipu21.TILE_MEMORY_END:#x})"
+            )
+        if ref.offset < 0 or ref.offset + size > alloc.size:
+            raise SimulationError(
+                f"step {step} tile {tile}: {what} [{address:#x}, {address + size:#x}) runs "
+                f"outside its allocation {alloc.name!r} [{alloc.address:#x}, "
+                f"{alloc.address + alloc.size:#x})"
+            )
+        if step is not None and not alloc.live[0] <= step < alloc.live[1]:
+            raise SimulationError(
+                f"step {step} tile {tile}: {what} uses {alloc.name!r} outside its lifetime "
+                f"{alloc.live}"
+            )
+        if address % alignment:
+            raise SimulationError(
+                f"step {step} tile {tile}: {what} at {address:#x} is not {alignment}-byte "
+                "aligned"
+            )
+        return address - ipu21.TILE_MEMORY_BASE
+
+    # -- host access --------------------------------------------------------------------------
+    def write_value(self, mem: np.ndarray, placement: Placement, shards: tuple[Shard, ...],
+                    array3: np.ndarray) -> None:
+        eb = array3.dtype.itemsize
+        for sh in shards:
+            for j, b in enumerate(sh.batches):
+                block = array3[b, sh.rows[0]: sh.rows[1], sh.cols[0]: sh.cols[1]]
+                if sh.transposed:
+                    block = block.T
+                block = np.ascontiguousarray(block)
+                nrows, ncols = block.shape
+                off = self._span(placement, sh.tile, sh.ref.at(j * sh.slot_stride),
+                                 (nrows - 1) * sh.row_stride + ncols * eb, 0, 4, "host write")
+                rows = np.lib.stride_tricks.as_strided(
+                    mem[sh.tile, off:], shape=(nrows, ncols * eb),
+                    strides=(sh.row_stride, 1),
+                )
+                rows[...] = block.view(np.uint8).reshape(nrows, ncols * eb)
+
+    def read_value(self, mem: np.ndarray, placement: Placement, shards: tuple[Shard, ...],
+                   shape3: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
+        out = np.full(shape3, np.nan, dtype=dtype)
+        eb = dtype.itemsize
+        for sh in shards:
+            for j, b in enumerate(sh.batches):
+                nrows, ncols = sh.rows[1] - sh.rows[0], sh.cols[1] - sh.cols[0]
+                off = self._span(placement, sh.tile, sh.ref.at(j * sh.slot_stride),
+                                 (nrows - 1) * sh.row_stride + ncols * eb, None, 4, "host read")
+                rows = np.lib.stride_tricks.as_strided(
+                    mem[sh.tile, off:], shape=(nrows, ncols * eb), strides=(sh.row_stride, 1)
+                )
+                out[b, sh.rows[0]: sh.rows[1], sh.cols[0]: sh.cols[1]] = (
+                    np.ascontiguousarray(rows).view(dtype).reshape(nrows, ncols)
+                )
+        return out
+
+    # -- execution ----------------------------------------------------------------------------
+    def run(
+        self,
+        program: LowProgram,
+        placement: Placement,
+        schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+        feeds: dict[str, np.ndarray],
+    ) -> RunResult:
+        """Execute ``program``: host writes, every step in order, host reads.
+
+        Args:
+            program: the lowered program.
+            placement: its buffer addresses.
+            schedules: for each exchange step index, its physical phase and schedule.
+            feeds: arrays for every host input and parameter, by name.
+
+        Raises:
+            SimulationError: on anything the hardware would not do (see module docstring).
+        """
+        start = time.perf_counter()
+        self.check_allocations(placement)
+        mem = np.zeros((program.tile_count, MEMORY_BYTES), dtype=np.uint8)
+        for binding in program.bindings:
+            if binding.role == "output":
+                continue
+            if binding.name not in feeds:
+                raise SimulationError(f"no data for {binding.role} {binding.name!r}")
+            array = np.asarray(feeds[binding.name])
+            if tuple(array.shape) != binding.shape:
+                raise SimulationError(
+                    f"{binding.role} {binding.name!r}: expected shape {binding.shape}, "
+                    f"got {tuple(array.shape)}"
+                )
+            dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
+            self.write_value(mem, placement, binding.shards, _as3d(array.astype(dtype)))
+        clock = np.zeros(program.tile_count, dtype=np.int64)
+        step_cycles = []
+        for index, step in enumerate(program.steps):
+            before = int(clock.max())
+            if isinstance(step, ComputeStep):
+                self._compute(mem, placement, step.calls, index, clock)
+            else:
+                phase, schedule = schedules[index]
+                self._exchange(mem, placement, step.transfers, phase, schedule, index)
+                clock[:] = before + ipu21.SYNC_CYCLES + schedule.horizon
+            step_cycles.append(int(clock.max()) - before)
+        outputs = {}
+        for binding in program.bindings:
+            if binding.role != "output":
+                continue
+            dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
+            shape3 = _shape3(binding.shape)
+            value = self.read_value(mem, placement, binding.shards, shape3, dtype)
+            if np.isnan(value).any() and not np.isnan(value).all():
+                missing = int(np.isnan(value).sum())
+                raise SimulationError(f"output {binding.name!r}: {missing} elements never written")
+            outputs[binding.name] = value.reshape(binding.shape)
+        return RunResult(outputs, int(clock.max()), clock, step_cycles,
+                         time.perf_counter() - start)
+
+    def _compute(self, mem: np.ndarray, placement: Placement, calls: list[KernelCall],
+                 step: int, clock: np.ndarray) -> None:
+        # Calls run in program order; a run of consecutive GEMM calls executes as one batch
+        # (each tile's calls stay ordered, and tiles share no memory).
+        gemms: dict[tuple, list[GemmCall]] = defaultdict(list)
+        ordinal: dict[int, int] = defaultdict(int)  # GEMM calls per tile in the current run
+        for call in calls:
+            clock[call.tile] += call_cycles(call)
+            if isinstance(call, GemmCall):
+                n = ordinal[call.tile]
+                ordinal[call.tile] = n + 1
+                key = (n, call.rows, call.k, call.c, call.precision.name, call.accumulate)
+                gemms[key].append(call)
+                continue
+            ordinal.clear()
+            self._flush(mem, placement, gemms, step)
+            self._simple(mem, placement, call, step)
+        self._flush(mem, placement, gemms, step)
+
+    def _flush(self, mem: np.ndarray, placement: Placement,
+               gemms: dict[tuple, list[GemmCall]], step: int) -> None:
+        for key in sorted(gemms, key=lambda k: k[0]):
+            _, rows, k, c, _, accumulate = key
+            group = gemms[key]
+            self._gemm_batch(mem, placement, group, rows, k, c, group[0].precision, accumulate,
+                             step)
+        gemms.clear()
+
+    def _simple(self, mem: np.ndarray, placement: Placement, call: KernelCall, step: int) -> None:
+        t = call.tile
+        if isinstance(call, CopyCall):
+            src = self._span(placement, t, call.src, call.size, step, 4, "copy source")
+            dst = self._span(placement, t, call.dst, call.size, step, 4, "copy destination")
+            mem[t, dst: dst + call.size] = mem[t, src: src + call.size]
+        elif isinstance(call, FillCall):
+            dst = self._span(placement, t, call.dst, call.size, step, 4, "fill")
+            mem[t, dst: dst + call.size] = 0
+        elif isinstance(call, AddCall):
+            dtype = np.dtype(call.precision.numpy_name)
+            n = call.elements * dtype.itemsize
+            out = self._span(placement, t, call.out, n, step, 8, "add output")
+            total = mem[t, out: out + n].view(dtype).astype(np.float32)
+            for ref in call.inputs:
+                src = self._span(placement, t, ref, n, step, 8, "add input")
+                total += mem[t, src: src + n].view(dtype).astype(np.float32)
+            mem[t, out: out + n] = total.astype(dtype).view(np.uint8)
+
+    def _gemm_batch(self, mem: np.ndarray, placement: Placement, group: list[GemmCall],
+                    rows: int, k: int, c: int, precision: ipu21.Precision, accumulate: bool,
+                    step: int) -> None:
+        dtype = np.dtype(precision.numpy_name)
+        eb = dtype.itemsize
+        align = ipu21.AMP_OPERAND_ALIGNMENT
+        lefts = np.empty((len(group), rows, k), dtype)
+        rights = np.empty((len(group), k, c), dtype)
+        outs = np.empty((len(group), rows, c), dtype)
+        out_offsets = []
+        for i, call in enumerate(group):
+            t = call.tile
+            lo = self._span(placement, t, call.left, rows * k * eb, step, align, "gemm left")
+            ro = self._span(placement, t, call.right, k * c * eb, step, align, "gemm right")
+            oo = self._span(placement, t, call.out, rows * c * eb, step, align, "gemm output")
+            lefts[i] = mem[t, lo: lo + rows * k * eb].view(dtype).reshape(rows, k)
+            rights[i] = mem[t, ro: ro + k * c * eb].view(dtype).reshape(k, c)
+            if accumulate:
+                outs[i] = mem[t, oo: oo + rows * c * eb].view(dtype).reshape(rows, c)
+            out_offsets.append((t, oo))
+        if not accumulate:
+            outs[...] = 0
+        if precision.name == "f16":
+            acc = outs
+            for p in range(0, k, precision.k_micro):
+                panel = np.matmul(
+                    lefts[:, :, p: p + precision.k_micro].astype(np.float32),
+                    rights[:, p: p + precision.k_micro, :].astype(np.float32),
+                )
+                acc = (acc.astype(np.float32) + panel).astype(np.float16)
+            outs = acc
+        else:
+            outs = (outs + np.matmul(lefts, rights)).astype(dtype)
+        nbytes = rows * c * eb
+        for i, (t, oo) in enumerate(out_offsets):
+            mem[t, oo: oo + nbytes] = outs[i].reshape(-1).view(np.uint8)
+
+    def _exchange(self, mem: np.ndarray, placement: Placement, transfers: list,
+                  phase: ExchangePhase, schedule: PhaseSchedule, step: int) -> None:
+        verify_schedule(phase, schedule)  # independent of the scheduler that produced it
+        reads: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        writes: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        moves = []
+        for t in transfers:
+            n = t.words * ipu21.WORD_BYTES
+            src = self._span(placement, t.source_tile, t.source, n, step, 4, "exchange send")
+            reads[t.source_tile].append((src, src + n))
+            dsts = []
+            for tile, ref in t.destinations:
+                dst = self._span(placement, tile, ref, n, step, 4, "exchange receive")
+                writes[tile].append((dst, dst + n))
+                dsts.append((tile, dst))
+            moves.append((t.source_tile, src, n, dsts))
+        for tile, ws in writes.items():
+            _check_disjoint(tile, ws, reads.get(tile, []), step)
+        data = [mem[s, o: o + n].copy() for s, o, n, _ in moves]
+        for (_, _, n, dsts), words in zip(moves, data, strict=True):
+            for tile, dst in dsts:
+                mem[tile, dst: dst + n] = words
+
+
+def _check_disjoint(tile: int, writes: list[tuple[int, int]], reads: list[tuple[int, int]],
+                    step: int) -> None:
+    """A tile must not receive twice into one byte, nor send bytes that the phase writes."""
+    ws = sorted(writes)
+    for (a0, a1), (b0, b1) in zip(ws, ws[1:], strict=False):
+        if b0 < a1:
+            raise SimulationError(
+                f"step {step} tile {tile}: two receives write [{b0 + ipu21.TILE_MEMORY_BASE:#x}, "
+                f"{min(a1, b1) + ipu21.TILE_MEMORY_BASE:#x})"
+            )
+    if not reads:
+        return
+    starts = np.array([w[0] for w in ws])
+    ends = np.array([w[1] for w in ws])
+    for r0, r1 in reads:
+        i = np.searchsorted(starts, r1) - 1
+        if i >= 0 and ends[: i + 1].max() > r0:
+            raise SimulationError(
+                f"step {step} tile {tile}: sends bytes [{r0 + ipu21.TILE_MEMORY_BASE:#x}, "
+                f"{r1 + ipu21.TILE_MEMORY_BASE:#x}) that the same phase receives into"
+            )
+
+
+def _as3d(array: np.ndarray) -> np.ndarray:
+    return array.reshape(_shape3(array.shape))
+
+
+def _shape3(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    batch = int(np.prod(shape[:-2], dtype=np.int64)) if len(shape) > 2 else 1
+    return (batch, shape[-2], shape[-1])
