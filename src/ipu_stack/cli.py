@@ -1,0 +1,95 @@
+"""The ``ipu-stack`` command line: thin over the API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from ipu_stack.errors import GraphError, IpuStackError
+from ipu_stack.target import ipu21
+from ipu_stack.trace import configure_logging
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        sys.stderr.write(f"ipu-stack: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"dimensions must be positive, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ipu-stack", description="Compile and simulate programs for the IPU21.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    gemm = sub.add_parser("gemm", help="compile a GEMM, run it on the simulator, check it")
+    gemm.add_argument("m", type=_positive, help="output rows")
+    gemm.add_argument("k", type=_positive, help="inner extent")
+    gemm.add_argument("n", type=_positive, help="output columns")
+    gemm.add_argument("--batch", type=_positive, default=None, help="leading batch of the left")
+    gemm.add_argument("--precision", choices=sorted(ipu21.PRECISIONS), default="f16")
+    gemm.add_argument("--tiles", type=_positive, default=ipu21.TILES,
+                      help=f"tiles to use (1..{ipu21.TILES})")
+    gemm.add_argument("--transpose-left", action="store_true")
+    gemm.add_argument("--transpose-right", action="store_true")
+    gemm.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    gemm.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _print_gemm(report: dict[str, object]) -> None:
+    plan = report["plan"]
+    assert isinstance(plan, dict)
+    print(f"plan: grid={plan['grid']} block={plan['block']} weights={plan['weights']} "
+          f"left={plan['left']} right={plan['right']} active_tiles={plan['active_tiles']}")
+    print(f"estimated_cycles={report['estimated_cycles']} "
+          f"simulated_cycles={report['simulated_cycles']} "
+          f"utilization={report['utilization']:.3f}")
+    print(f"max_abs_error={report['max_abs_error']:.4g} "
+          f"max_abs_reference={report['max_abs_reference']:.4g} "
+          f"relative={report['relative_error']:.3g} (tolerance {report['tolerance']})")
+    print(f"plan_seconds={report['plan_seconds']:.3f} "
+          f"simulate_seconds={report['simulate_seconds']:.3f}")
+    print("PASS" if report["passed"] else "FAIL: error above tolerance")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ipu-stack`` console script."""
+    args = build_parser().parse_args(argv)
+    configure_logging(verbose=not getattr(args, "json", False))
+    try:
+        if args.command == "gemm":
+            from ipu_stack.gemm_job import GemmJob, run_gemm
+
+            if args.tiles > ipu21.TILES:
+                raise GraphError(
+                    f"--tiles must be between 1 and {ipu21.TILES}, got {args.tiles}"
+                )
+            report = run_gemm(GemmJob(args.m, args.k, args.n, args.batch, args.precision,
+                                      args.tiles, args.transpose_left, args.transpose_right,
+                                      args.seed))
+            if args.json:
+                print(json.dumps(report, sort_keys=True))
+            else:
+                _print_gemm(report)
+            return 0 if report["passed"] else 1
+    except IpuStackError as err:
+        if os.environ.get("IPU_STACK_TRACEBACK") == "1":
+            raise
+        sys.stderr.write(f"ipu-stack: error: {str(err).splitlines()[0]}\n")
+        return err.exit_code
+    return 2  # pragma: no cover - argparse requires a command
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
