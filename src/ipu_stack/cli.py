@@ -29,6 +29,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_positive(part) for part in text.split(","))
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: {err}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ipu-stack", description="Compile and simulate programs for the IPU21.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -42,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"tiles to use (1..{ipu21.TILES})")
     gemm.add_argument("--transpose-left", action="store_true")
     gemm.add_argument("--transpose-right", action="store_true")
+    gemm.add_argument("--left-shape", type=_shape, default=None,
+                      help="override the left operand's shape, e.g. 2,64,32")
+    gemm.add_argument("--right-shape", type=_shape, default=None,
+                      help="override the right operand's shape, e.g. 32,48")
     gemm.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
@@ -77,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             report = run_gemm(GemmJob(args.m, args.k, args.n, args.batch, args.precision,
                                       args.tiles, args.transpose_left, args.transpose_right,
-                                      args.seed))
+                                      args.seed, args.left_shape, args.right_shape))
             if args.json:
                 print(json.dumps(report, sort_keys=True))
             else:

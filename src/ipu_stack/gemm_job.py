@@ -29,6 +29,8 @@ class GemmJob:
     transpose_left: bool = False
     transpose_right: bool = False
     seed: int = 0
+    left_shape: tuple[int, ...] | None = None  # overrides the shape derived from m, k, batch
+    right_shape: tuple[int, ...] | None = None
 
 
 def gemm_graph(job: GemmJob) -> ComputeGraph:
@@ -38,8 +40,8 @@ def gemm_graph(job: GemmJob) -> ComputeGraph:
     lead = (job.batch,) if job.batch is not None else ()
     left_shape = (*lead, job.k, job.m) if job.transpose_left else (*lead, job.m, job.k)
     right_shape = (job.n, job.k) if job.transpose_right else (job.k, job.n)
-    left = g.host_input("left", left_shape, job.precision)
-    right = g.parameter("right", right_shape, job.precision)
+    left = g.host_input("left", job.left_shape or left_shape, job.precision)
+    right = g.parameter("right", job.right_shape or right_shape, job.precision)
     g.set_outputs(g.gemm(left, right, job.transpose_left, job.transpose_right, name="gemm"))
     return g
 
@@ -63,12 +65,14 @@ def run_gemm(job: GemmJob, trace: Trace | None = None) -> dict[str, Any]:
     output = result.outputs["gemm.out"].astype(np.float64)
     max_abs_error = float(np.abs(output - reference).max())
     max_abs_reference = float(np.abs(reference).max())
-    macs = int(np.prod(reference.shape, dtype=np.int64)) * job.k
+    k = graph.value(0).shape[-2 if job.transpose_left else -1]
+    macs = int(np.prod(reference.shape, dtype=np.int64)) * k
     peak = ipu21.TILES * ipu21.precision(job.precision).amp_macs_per_cycle
     plan = built.program.plans["gemm"]
     passed = max_abs_error <= TOLERANCE[job.precision] * max(max_abs_reference, 1e-30)
     return {
-        "shape": {"batch": job.batch, "m": job.m, "k": job.k, "n": job.n},
+        "shape": {"left": list(graph.value(0).shape), "right": list(graph.value(1).shape),
+                  "output": list(reference.shape)},
         "precision": job.precision,
         "plan": plan,
         "estimated_cycles": built.program.estimated_cycles,
