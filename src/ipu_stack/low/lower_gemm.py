@@ -149,6 +149,7 @@ def lower_gemm(
                                ALIGN, "interleaved")
                     )
                     operand_refs = {}
+                    step_base: dict[tuple[str, int], int] = {}
                     for role, v, slots, mode, trans in (
                         ("left", left_v, lslots, plan.left_mode, op.transpose_left),
                         ("right", right_v, rslots, plan.right_mode, op.transpose_right),
@@ -171,6 +172,7 @@ def lower_gemm(
                         base = 0
                         for s, ks in enumerate(ksteps):
                             kp = _round_up(ks[1] - ks[0], kmicro)
+                            step_base[(role, s)] = base
                             for j, vb in enumerate(slots):
                                 ref = operand_refs[role].at(base + j * step_bytes(ks))
                                 if role == "left":
@@ -193,8 +195,10 @@ def lower_gemm(
                                 GemmCall(
                                     tile,
                                     out_ref.at((b - b0) * out_stride),
-                                    operand_refs["left"].at(lj * rows * kp * eb),
-                                    operand_refs["right"].at(rj * kp * cpad * eb),
+                                    operand_refs["left"].at(
+                                        step_base[("left", s)] + lj * rows * kp * eb),
+                                    operand_refs["right"].at(
+                                        step_base[("right", s)] + rj * kp * cpad * eb),
                                     rows, kp, cpad, precision, s > 0, plan.weights,
                                 )
                             )

@@ -127,6 +127,11 @@ class SimDevice:
                 f"step {step} tile {tile}: {what} [{address:#x}, {address + size:#x}) is past "
                 f"tile memory [{ipu21.TILE_MEMORY_BASE:#x}, {ipu21.TILE_MEMORY_END:#x})"
             )
+        if address % alignment:
+            raise SimulationError(
+                f"step {step} tile {tile}: {what} at {address:#x} is not {alignment}-byte "
+                "aligned"
+            )
         if ref.offset < 0 or ref.offset + size > alloc.size:
             raise SimulationError(
                 f"step {step} tile {tile}: {what} [{address:#x}, {address + size:#x}) runs "
@@ -137,11 +142,6 @@ class SimDevice:
             raise SimulationError(
                 f"step {step} tile {tile}: {what} uses {alloc.name!r} outside its lifetime "
                 f"{alloc.live}"
-            )
-        if address % alignment:
-            raise SimulationError(
-                f"step {step} tile {tile}: {what} at {address:#x} is not {alignment}-byte "
-                "aligned"
             )
         return address - ipu21.TILE_MEMORY_BASE
 
