@@ -128,7 +128,5 @@ def random_phase(
         picks = rng.choice(tile_count - 1, size=fanout, replace=False)
         tiles = [int(t) + (t >= source) for t in picks.tolist()]
         address = STANDARD_DATA_BASE + index * WORD_BYTES
-        transfers.append(
-            Transfer(source, address, tuple((tile, address) for tile in tiles), words)
-        )
+        transfers.append(Transfer(source, address, tuple((tile, address) for tile in tiles), words))
     return ExchangePhase(tuple(transfers), tile_count)
