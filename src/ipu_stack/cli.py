@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ipu_stack.errors import GraphError, IpuStackError
 from ipu_stack.target import ipu21
@@ -14,7 +15,7 @@ from ipu_stack.trace import configure_logging
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         sys.stderr.write(f"ipu-stack: error: {message}\n")
         raise SystemExit(2)
 
@@ -45,14 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("n", type=_positive, help="output columns")
     gemm.add_argument("--batch", type=_positive, default=None, help="leading batch of the left")
     gemm.add_argument("--precision", choices=sorted(ipu21.PRECISIONS), default="f16")
-    gemm.add_argument("--tiles", type=_positive, default=ipu21.TILES,
-                      help=f"tiles to use (1..{ipu21.TILES})")
+    gemm.add_argument(
+        "--tiles", type=_positive, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
+    )
     gemm.add_argument("--transpose-left", action="store_true")
     gemm.add_argument("--transpose-right", action="store_true")
-    gemm.add_argument("--left-shape", type=_shape, default=None,
-                      help="override the left operand's shape, e.g. 2,64,32")
-    gemm.add_argument("--right-shape", type=_shape, default=None,
-                      help="override the right operand's shape, e.g. 32,48")
+    gemm.add_argument(
+        "--left-shape",
+        type=_shape,
+        default=None,
+        help="override the left operand's shape, e.g. 2,64,32",
+    )
+    gemm.add_argument(
+        "--right-shape",
+        type=_shape,
+        default=None,
+        help="override the right operand's shape, e.g. 32,48",
+    )
     gemm.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
@@ -61,16 +71,24 @@ def build_parser() -> argparse.ArgumentParser:
 def _print_gemm(report: dict[str, object]) -> None:
     plan = report["plan"]
     assert isinstance(plan, dict)
-    print(f"plan: grid={plan['grid']} block={plan['block']} weights={plan['weights']} "
-          f"left={plan['left']} right={plan['right']} active_tiles={plan['active_tiles']}")
-    print(f"estimated_cycles={report['estimated_cycles']} "
-          f"simulated_cycles={report['simulated_cycles']} "
-          f"utilization={report['utilization']:.3f}")
-    print(f"max_abs_error={report['max_abs_error']:.4g} "
-          f"max_abs_reference={report['max_abs_reference']:.4g} "
-          f"relative={report['relative_error']:.3g} (tolerance {report['tolerance']})")
-    print(f"plan_seconds={report['plan_seconds']:.3f} "
-          f"simulate_seconds={report['simulate_seconds']:.3f}")
+    print(
+        f"plan: grid={plan['grid']} block={plan['block']} weights={plan['weights']} "
+        f"left={plan['left']} right={plan['right']} active_tiles={plan['active_tiles']}"
+    )
+    print(
+        f"estimated_cycles={report['estimated_cycles']} "
+        f"simulated_cycles={report['simulated_cycles']} "
+        f"utilization={report['utilization']:.3f}"
+    )
+    print(
+        f"max_abs_error={report['max_abs_error']:.4g} "
+        f"max_abs_reference={report['max_abs_reference']:.4g} "
+        f"relative={report['relative_error']:.3g} (tolerance {report['tolerance']})"
+    )
+    print(
+        f"plan_seconds={report['plan_seconds']:.3f} "
+        f"simulate_seconds={report['simulate_seconds']:.3f}"
+    )
     print("PASS" if report["passed"] else "FAIL: error above tolerance")
 
 
@@ -83,12 +101,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ipu_stack.gemm_job import GemmJob, run_gemm
 
             if args.tiles > ipu21.TILES:
-                raise GraphError(
-                    f"--tiles must be between 1 and {ipu21.TILES}, got {args.tiles}"
+                raise GraphError(f"--tiles must be between 1 and {ipu21.TILES}, got {args.tiles}")
+            report = run_gemm(
+                GemmJob(
+                    args.m,
+                    args.k,
+                    args.n,
+                    args.batch,
+                    args.precision,
+                    args.tiles,
+                    args.transpose_left,
+                    args.transpose_right,
+                    args.seed,
+                    args.left_shape,
+                    args.right_shape,
                 )
-            report = run_gemm(GemmJob(args.m, args.k, args.n, args.batch, args.precision,
-                                      args.tiles, args.transpose_left, args.transpose_right,
-                                      args.seed, args.left_shape, args.right_shape))
+            )
             if args.json:
                 print(json.dumps(report, sort_keys=True))
             else:

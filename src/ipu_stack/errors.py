@@ -46,7 +46,9 @@ class ToolError(IpuStackError):
     exit_code = 1
 
     def __init__(self, tool: str, status: int, stderr: str, repro: str) -> None:
-        super().__init__(f"{tool} exited with status {status}: {stderr.strip()[:400]}\n  repro: {repro}")
+        super().__init__(
+            f"{tool} exited with status {status}: {stderr.strip()[:400]}\n  repro: {repro}"
+        )
         self.tool = tool
         self.status = status
         self.stderr = stderr

@@ -71,8 +71,11 @@ def run_gemm(job: GemmJob, trace: Trace | None = None) -> dict[str, Any]:
     plan = built.program.plans["gemm"]
     passed = max_abs_error <= TOLERANCE[job.precision] * max(max_abs_reference, 1e-30)
     return {
-        "shape": {"left": list(graph.value(0).shape), "right": list(graph.value(1).shape),
-                  "output": list(reference.shape)},
+        "shape": {
+            "left": list(graph.value(0).shape),
+            "right": list(graph.value(1).shape),
+            "output": list(reference.shape),
+        },
         "precision": job.precision,
         "plan": plan,
         "estimated_cycles": built.program.estimated_cycles,

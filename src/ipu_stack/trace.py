@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,16 +44,17 @@ class Trace:
             yield
             success = True
         finally:
-            elapsed_ms = int(round((time.perf_counter() - start) * 1000))
+            elapsed_ms = round((time.perf_counter() - start) * 1000)
             record = {"name": name, "elapsed_ms": elapsed_ms, "success": success}
             self.phases.append(record)
-            self.event("package build phase finished", phase=name, elapsed_ms=elapsed_ms,
-                       success=success)
+            self.event(
+                "package build phase finished", phase=name, elapsed_ms=elapsed_ms, success=success
+            )
 
 
 def configure_logging(verbose: bool = True) -> None:
-    """Route ipu_stack events to stderr as ``INFO message key=value ...`` lines."""
-    handler = logging.StreamHandler()
+    """Route ipu_stack events to stdout (errors go to stderr) as ``INFO message key=value ...`` lines."""
+    handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     LOGGER.handlers[:] = [handler]
     LOGGER.setLevel(logging.INFO if verbose else logging.WARNING)

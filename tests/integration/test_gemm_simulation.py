@@ -94,8 +94,10 @@ def test_builds_are_deterministic():
         w = g.parameter("w", (96, 80), "f16")
         g.set_outputs(g.gemm(x, w))
         built = build(g)
-        return built.program.plans, [s.horizon for _, s in built.schedules.values()], [
-            sorted((a.name, a.address) for a in t.values()) for t in built.placement.allocations
-        ]
+        return (
+            built.program.plans,
+            [s.horizon for _, s in built.schedules.values()],
+            [sorted((a.name, a.address) for a in t.values()) for t in built.placement.allocations],
+        )
 
     assert once() == once()

@@ -52,7 +52,7 @@ def test_misaligned_amp_operand(small_build):
     _, built, feeds = small_build
     step, i, call = _first_gemm(built)
     step.calls[i] = dataclasses.replace(call, left=call.left.at(8))
-    with pytest.raises(SimulationError, match="gemm left at 0x[0-9a-f]+ is not 32-byte aligned"):
+    with pytest.raises(SimulationError, match=r"gemm left at 0x[0-9a-f]+ is not 32-byte aligned"):
         run(built, feeds)
 
 
@@ -68,7 +68,7 @@ def test_overlapping_live_buffers(small_build):
 
 def test_receiver_with_two_senders_in_one_cycle(small_build):
     _, built, feeds = small_build
-    index, (phase, schedule) = next(iter(built.schedules.items()))
+    index, (phase, _schedule) = next(iter(built.schedules.items()))
     receivers = [d for t in phase.transfers for d in t.destination_tiles]
     assert len(receivers) > len(set(receivers)), "fixture must have a tile with two senders"
     crowded = PhaseSchedule(

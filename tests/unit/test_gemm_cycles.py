@@ -25,8 +25,10 @@ def test_cycle_model_matches_measured_point(kernel, rows, k, c, weights, measure
     model = gemm_kernel_cycles if kernel == "interleaved" else packed_gemm_kernel_cycles
     predicted = model(rows, k, c, F16, weights)
     error = (predicted - measured) / measured
-    print(f"{kernel} rows={rows} K={k} C={c} {weights}: model {predicted} "
-          f"measured {measured} error {error:+.2%}")
+    print(
+        f"{kernel} rows={rows} K={k} C={c} {weights}: model {predicted} "
+        f"measured {measured} error {error:+.2%}"
+    )
     assert abs(error) <= 0.02
 
 

@@ -135,8 +135,15 @@ class ComputeGraph:
             ) from None
         out = self._new_value(f"{op_name}.out", (*batch, m, n), left.dtype, "operation")
         self.operations.append(
-            GemmOp(len(self.operations), op_name, left.id, right.id, out.id,
-                   transpose_left, transpose_right)
+            GemmOp(
+                len(self.operations),
+                op_name,
+                left.id,
+                right.id,
+                out.id,
+                transpose_left,
+                transpose_right,
+            )
         )
         return out
 

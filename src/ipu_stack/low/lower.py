@@ -43,9 +43,7 @@ def plan_graph(graph: ComputeGraph, tiles: int) -> dict[int, list[GemmPlan]]:
     return {op.id: enumerate_plans(gemm_problem(graph, op), tiles) for op in graph.operations}
 
 
-def lower_program(
-    graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: int
-) -> LowProgram:
+def lower_program(graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: int) -> LowProgram:
     """Lower every operation with its chosen plan.
 
     Args:
@@ -87,8 +85,11 @@ def lower_program(
         if key in host_read or key in host_written:
             from dataclasses import replace
 
-            buf = replace(buf, host_read=buf.host_read or key in host_read,
-                          host_written=buf.host_written or key in host_written)
+            buf = replace(
+                buf,
+                host_read=buf.host_read or key in host_read,
+                host_written=buf.host_written or key in host_written,
+            )
         buffers.append(buf)
     used = max((b.tile for b in buffers), default=-1) + 1
     if used > tile_count:  # pragma: no cover - the planner never exceeds the budget

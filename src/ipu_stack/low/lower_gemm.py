@@ -73,6 +73,10 @@ class GemmLowering:
     bindings: dict[int, list[Shard]] = field(default_factory=lambda: defaultdict(list))
 
 
+def _block_bytes(role: str, rows: int, kp: int, cpad: int, eb: int) -> int:
+    return (rows * kp if role == "left" else kp * cpad) * eb
+
+
 def _block_shard(block: _Block, row_lo: int, row_hi: int, eb: int) -> Shard | None:
     """The shard of value elements stored in kernel-storage rows [row_lo, row_hi) of a block."""
     real_hi = min(row_hi, block.krows[1] - block.krows[0])
@@ -137,16 +141,19 @@ def lower_gemm(
                     k0, k1 = ki * plan.k_block, min(k, (ki + 1) * plan.k_block)
                     tile = ((bi * pr + ri) * pc + ci) * pk + ki
                     rows = r1 - r0
-                    ksteps = [
-                        (s, min(k1, s + plan.k_step)) for s in range(k0, k1, plan.k_step)
-                    ]
+                    ksteps = [(s, min(k1, s + plan.k_step)) for s in range(k0, k1, plan.k_step)]
                     steps_max = max(steps_max, len(ksteps))
                     lslots = list(dict.fromkeys(int(lmap[b]) for b in range(b0, b1)))
                     rslots = list(dict.fromkeys(int(rmap[b]) for b in range(b0, b1)))
                     out_stride = rows * cpad * eb
                     out_ref = builder.buffer(
-                        Buffer(tile, f"{name}.out", _round_up((b1 - b0) * out_stride, ALIGN),
-                               ALIGN, "interleaved")
+                        Buffer(
+                            tile,
+                            f"{name}.out",
+                            _round_up((b1 - b0) * out_stride, ALIGN),
+                            ALIGN,
+                            "interleaved",
+                        )
                     )
                     operand_refs = {}
                     step_base: dict[tuple[str, int], int] = {}
@@ -154,16 +161,22 @@ def lower_gemm(
                         ("left", left_v, lslots, plan.left_mode, op.transpose_left),
                         ("right", right_v, rslots, plan.right_mode, op.transpose_right),
                     ):
-                        def step_bytes(ks: tuple[int, int], role: str = role) -> int:
-                            kp = _round_up(ks[1] - ks[0], kmicro)
-                            return (rows * kp if role == "left" else kp * cpad) * eb
-                        per_step = [len(slots) * step_bytes(ks) for ks in ksteps]
+                        # bytes of one operand block per K step (one batch slot)
+                        block_bytes = [
+                            _block_bytes(role, rows, _round_up(ks[1] - ks[0], kmicro), cpad, eb)
+                            for ks in ksteps
+                        ]
+                        per_step = [len(slots) * b for b in block_bytes]
                         resident = mode == "resident"
                         size = sum(per_step) if resident else max(per_step)
                         operand_refs[role] = builder.buffer(
                             Buffer(
-                                tile, f"{name}.{role}", _round_up(size, ALIGN), ALIGN,
-                                "interleaved" if role == "right" and plan.weights == "interleaved"
+                                tile,
+                                f"{name}.{role}",
+                                _round_up(size, ALIGN),
+                                ALIGN,
+                                "interleaved"
+                                if role == "right" and plan.weights == "interleaved"
                                 else "any",
                                 avoid=(f"{name}.out",) if role == "left" else (),
                                 host_written=resident,
@@ -174,7 +187,7 @@ def lower_gemm(
                             kp = _round_up(ks[1] - ks[0], kmicro)
                             step_base[(role, s)] = base
                             for j, vb in enumerate(slots):
-                                ref = operand_refs[role].at(base + j * step_bytes(ks))
+                                ref = operand_refs[role].at(base + j * block_bytes[s])
                                 if role == "left":
                                     blk = _Block(tile, ref, vb, (r0, r1), ks, rows, kp, trans)
                                 else:
@@ -196,10 +209,17 @@ def lower_gemm(
                                     tile,
                                     out_ref.at((b - b0) * out_stride),
                                     operand_refs["left"].at(
-                                        step_base[("left", s)] + lj * rows * kp * eb),
+                                        step_base[("left", s)] + lj * rows * kp * eb
+                                    ),
                                     operand_refs["right"].at(
-                                        step_base[("right", s)] + rj * kp * cpad * eb),
-                                    rows, kp, cpad, precision, s > 0, plan.weights,
+                                        step_base[("right", s)] + rj * kp * cpad * eb
+                                    ),
+                                    rows,
+                                    kp,
+                                    cpad,
+                                    precision,
+                                    s > 0,
+                                    plan.weights,
                                 )
                             )
                     group.append((tile, out_ref, out_stride, b0, b1, (r0, r1), (c0, cpad)))
@@ -207,8 +227,9 @@ def lower_gemm(
                 if pk == 1:
                     tile, out_ref, out_stride, b0, b1, rr, _ = group[0]
                     out_shards.append(
-                        Shard(tile, out_ref, tuple(range(b0, b1)), rr, (c0, c1),
-                              cpad * eb, out_stride)
+                        Shard(
+                            tile, out_ref, tuple(range(b0, b1)), rr, (c0, c1), cpad * eb, out_stride
+                        )
                     )
 
     # Operand delivery per K step, then the step's kernels.
@@ -225,7 +246,14 @@ def lower_gemm(
                 continue
             vid = left_v.id if role == "left" else right_v.id
             transfers += _distribute(
-                members, s, steps_max > 1, eb, vid, host_shards, home_sizes, copies_by_step,
+                members,
+                s,
+                steps_max > 1,
+                eb,
+                vid,
+                host_shards,
+                home_sizes,
+                copies_by_step,
                 f"{name}.{role}.home",
             )
         fills, moved = _gather_moved(moved_blocks[s], value_shards, eb)
@@ -234,8 +262,9 @@ def lower_gemm(
         builder.compute(kernels_by_step[s])
     for tile, sizes in home_sizes.items():
         for buf_name, size in sizes.items():
-            builder.buffer(Buffer(tile, buf_name, _round_up(size, ALIGN), ALIGN, "any",
-                                  host_written=True))
+            builder.buffer(
+                Buffer(tile, buf_name, _round_up(size, ALIGN), ALIGN, "any", host_written=True)
+            )
     if pk > 1:
         out_shards += _reduce(reduce_groups, pk, n, precision, builder, name)
     return out_shards
@@ -267,14 +296,24 @@ def _distribute(
             used = home_sizes[owner.tile].get(home_name, 0)
             home_sizes[owner.tile][home_name] = used + _round_up(size, ALIGN)
             src = Ref(home_name, used)
-            copies_by_step[step].append(CopyCall(owner.tile, owner.ref.at(lo * row_bytes), src, size))
+            copies_by_step[step].append(
+                CopyCall(owner.tile, owner.ref.at(lo * row_bytes), src, size)
+            )
         else:
             src = owner.ref.at(lo * row_bytes)
         shard = _block_shard(owner, lo, hi, eb)
         if shard is not None:
             host_shards[value_id].append(
-                Shard(shard.tile, src, shard.batches, shard.rows, shard.cols, shard.row_stride,
-                      0, shard.transposed)
+                Shard(
+                    shard.tile,
+                    src,
+                    shard.batches,
+                    shard.rows,
+                    shard.cols,
+                    shard.row_stride,
+                    0,
+                    shard.transposed,
+                )
             )
         dests = tuple((b.tile, b.ref.at(lo * row_bytes)) for b in members if b is not owner)
         if dests:
@@ -298,13 +337,18 @@ def _gather_moved(
             ).reshape(-1, 6)
         a = arrays[vid]
         size = blk.storage_rows * blk.storage_cols * eb
-        if (blk.krows[1] - blk.krows[0] < blk.storage_rows
-                or blk.kcols[1] - blk.kcols[0] < blk.storage_cols):
+        if (
+            blk.krows[1] - blk.krows[0] < blk.storage_rows
+            or blk.kcols[1] - blk.kcols[0] < blk.storage_cols
+        ):
             fills.append(FillCall(blk.tile, blk.ref, size))
         hit = (
-            (a[:, 0] <= blk.vbatch) & (blk.vbatch < a[:, 0] + a[:, 1])
-            & (a[:, 2] < blk.krows[1]) & (blk.krows[0] < a[:, 3])
-            & (a[:, 4] < blk.kcols[1]) & (blk.kcols[0] < a[:, 5])
+            (a[:, 0] <= blk.vbatch)
+            & (blk.vbatch < a[:, 0] + a[:, 1])
+            & (a[:, 2] < blk.krows[1])
+            & (blk.krows[0] < a[:, 3])
+            & (a[:, 4] < blk.kcols[1])
+            & (blk.kcols[0] < a[:, 5])
         )
         for i in np.flatnonzero(hit):
             sh = shards[int(i)]
@@ -314,8 +358,11 @@ def _gather_moved(
             slot = blk.vbatch - sh.batches[0]
             dst_stride = blk.storage_cols * eb
             for r in range(rlo, rhi):
-                src = sh.ref.at(slot * sh.slot_stride + (r - sh.rows[0]) * sh.row_stride
-                                + (clo - sh.cols[0]) * eb)
+                src = sh.ref.at(
+                    slot * sh.slot_stride
+                    + (r - sh.rows[0]) * sh.row_stride
+                    + (clo - sh.cols[0]) * eb
+                )
                 dst = blk.ref.at((r - blk.krows[0]) * dst_stride + (clo - blk.kcols[0]) * eb)
                 if sh.tile == blk.tile:
                     copies.append(CopyCall(blk.tile, dst, src, nbytes))
@@ -342,7 +389,7 @@ def _reduce(
     adds: list[KernelCall] = []
     shards: list[Shard] = []
     for group in groups:
-        tile0, _, out_stride, b0, b1, (r0, r1), (c0, cpad) = group[0]
+        _tile0, _, out_stride, b0, b1, (r0, r1), (c0, cpad) = group[0]
         rows = r1 - r0
         rs = -(-rows // pk)
         row_bytes = cpad * eb
@@ -353,21 +400,42 @@ def _reduce(
             slice_bytes = (hi - lo) * row_bytes
             others = [g for p, g in enumerate(group) if p != q]
             recv = builder.buffer(
-                Buffer(tile, f"{name}.partials", _round_up(len(others) * (b1 - b0) * slice_bytes,
-                                                            ALIGN), ALIGN, "any")
+                Buffer(
+                    tile,
+                    f"{name}.partials",
+                    _round_up(len(others) * (b1 - b0) * slice_bytes, ALIGN),
+                    ALIGN,
+                    "any",
+                )
             )
             for j in range(b1 - b0):
                 inputs = []
                 for p, other in enumerate(others):
                     dst = recv.at((p * (b1 - b0) + j) * slice_bytes)
                     src = other[1].at(j * out_stride + lo * row_bytes)
-                    transfers.append(LogicalTransfer(other[0], src, ((tile, dst),), slice_bytes // 4))
+                    transfers.append(
+                        LogicalTransfer(other[0], src, ((tile, dst),), slice_bytes // 4)
+                    )
                     inputs.append(dst)
-                adds.append(AddCall(tile, out_ref.at(j * out_stride + lo * row_bytes),
-                                    tuple(inputs), (hi - lo) * cpad, precision))
+                adds.append(
+                    AddCall(
+                        tile,
+                        out_ref.at(j * out_stride + lo * row_bytes),
+                        tuple(inputs),
+                        (hi - lo) * cpad,
+                        precision,
+                    )
+                )
             shards.append(
-                Shard(tile, out_ref.at(lo * row_bytes), tuple(range(b0, b1)),
-                      (r0 + lo, r0 + hi), (c0, min(n, c0 + cpad)), row_bytes, out_stride)
+                Shard(
+                    tile,
+                    out_ref.at(lo * row_bytes),
+                    tuple(range(b0, b1)),
+                    (r0 + lo, r0 + hi),
+                    (c0, min(n, c0 + cpad)),
+                    row_bytes,
+                    out_stride,
+                )
             )
     builder.exchange(f"{name} reduction", transfers)
     builder.compute(adds)

@@ -9,13 +9,13 @@ bulk-synchronous steps: a :class:`ComputeStep` (each tile runs its calls in orde
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ipu_stack.target.ipu21 import Precision
 
 
-@dataclass(frozen=True, slots=True)
-class Ref:
-    """A byte position inside a named buffer of one tile."""
+class Ref(NamedTuple):
+    """A byte position inside a named buffer of one tile (a tuple: cheap to make by the million)."""
 
     buffer: str
     offset: int = 0

@@ -221,7 +221,7 @@ def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[G
     left_step_bytes = left_slots * rb * kstep * eb
     right_step_bytes = right_slots * kstep * cols * eb
 
-    def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray):  # type: ignore[no-untyped-def]
+    def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray):
         words = step_bytes // 4
         exchange = np.where(
             mode == MODE_CODES["resident"],
@@ -241,7 +241,7 @@ def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[G
         )
         return exchange * steps, work + home, work, copy * steps
 
-    left_x, left_mem, left_work, left_copy = operand(lmode, left_step_bytes, left_group)
+    left_x, left_mem, _left_work, left_copy = operand(lmode, left_step_bytes, left_group)
     right_x, right_mem, right_work, right_copy = operand(rmode, right_step_bytes, right_group)
     operand_x = left_x + right_x
     operand_phases = np.where(operand_x > 0, steps, 0)
@@ -252,15 +252,15 @@ def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[G
     reduce_bytes = np.where(pk > 1, (pk - 1) * _round_up(slice_elems * eb, ALIGN), 0)
     reduce_kernel = np.where(
         pk > 1,
-        np.ceil(ipu21.ADD_FIXED_CYCLES + ipu21.ADD_CYCLES_PER_ELEMENT * (pk - 1) * slice_elems)
-        .astype(np.int64) + launch,
+        np.ceil(
+            ipu21.ADD_FIXED_CYCLES + ipu21.ADD_CYCLES_PER_ELEMENT * (pk - 1) * slice_elems
+        ).astype(np.int64)
+        + launch,
         0,
     )
     phases = operand_phases + (pk > 1)
     copies = left_copy + right_copy
-    total = (
-        kernel + copies + operand_x + reduce_words + reduce_kernel + phases * ipu21.SYNC_CYCLES
-    )
+    total = kernel + copies + operand_x + reduce_words + reduce_kernel + phases * ipu21.SYNC_CYCLES
     # Output accumulators (and interleaved weights) must sit in the interleaved region; the
     # left operand and the output must not share an element (each rounds to one element).
     interleaved = out_bytes + np.where(wint, right_work, 0) + ELEMENT_SLACK

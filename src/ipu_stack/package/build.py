@@ -1,13 +1,16 @@
 """The build driver: named phases in order, each timed and traced.
 
-    plan          rank operator plans per operation (vectorised cost model)
-    lower         lower the chosen plans to logical tile shards, work lists, exchange steps
-    place         lifetimes + SRAM addresses on the IPU21 map (falls back to leaner plans)
-    schedule      physical exchange phases, scheduled and verified
+plan          rank operator plans per operation (vectorised cost model)
+lower         lower the chosen plans to logical tile shards, work lists, exchange steps
+place         lifetimes + SRAM addresses on the IPU21 map (falls back to leaner plans)
+schedule      physical exchange phases, scheduled and verified
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
@@ -56,8 +59,9 @@ class Build:
         }
 
 
-def build(graph: ComputeGraph, config: BuildConfig | None = None, trace: Trace | None = None
-          ) -> Build:
+def build(
+    graph: ComputeGraph, config: BuildConfig | None = None, trace: Trace | None = None
+) -> Build:
     """Compile ``graph`` for the IPU21: plan, lower, place, schedule.
 
     Raises:
@@ -93,8 +97,11 @@ def build(graph: ComputeGraph, config: BuildConfig | None = None, trace: Trace |
                         break
             if not moved or attempt == MAX_PLACEMENT_RETRIES - 1:
                 raise err
-            trace.event("placement failed; trying leaner plans", attempt=attempt,
-                        reason=str(err).splitlines()[0])
+            trace.event(
+                "placement failed; trying leaner plans",
+                attempt=attempt,
+                reason=str(err).splitlines()[0],
+            )
     for op in graph.operations:
         trace.event("selected gemm plan", operation=op.name, **_flat(program.plans[op.name]))
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
@@ -106,19 +113,28 @@ def build(graph: ComputeGraph, config: BuildConfig | None = None, trace: Trace |
             large = len(phase.transfers) > LARGE_PHASE_TRANSFERS
             bound = endpoint_lower_bound(phase)
             if large:
-                trace.event("prepared large physical exchange phase", phase=index,
-                            transfers=len(phase.transfers))
+                trace.event(
+                    "prepared large physical exchange phase",
+                    phase=index,
+                    transfers=len(phase.transfers),
+                )
             schedule = schedule_phase(phase)
             verify_schedule(phase, schedule)
             if large:
-                trace.event("optimized physical exchange schedule", phase=index,
-                            selected_horizon=schedule.horizon, endpoint_lower_bound=bound,
-                            lower_bound_gap=schedule.horizon - bound,
-                            selected_kind=schedule.kind)
+                trace.event(
+                    "optimized physical exchange schedule",
+                    phase=index,
+                    selected_horizon=schedule.horizon,
+                    endpoint_lower_bound=bound,
+                    lower_bound_gap=schedule.horizon - bound,
+                    selected_kind=schedule.kind,
+                )
             schedules[index] = (phase, schedule)
-    trace.event("lowered graph for package construction",
-                logical_shards=sum(len(b.shards) for b in program.bindings),
-                exchange_phases=len(schedules))
+    trace.event(
+        "lowered graph for package construction",
+        logical_shards=sum(len(b.shards) for b in program.bindings),
+        exchange_phases=len(schedules),
+    )
     return Build(graph, program, placement, schedules, trace, plans)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.model import ExchangePhase, Transfer
 from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram, Ref
-from ipu_stack.place.sram import BufferRequest, allocate_tile, region_peaks
+from ipu_stack.place.sram import BufferRequest, Region, allocate_tile, region_peaks
 from ipu_stack.target.ipu21 import TILES
 from ipu_stack.target.topology import logical_to_physical
 
@@ -77,8 +77,15 @@ def place_program(program: LowProgram) -> Placement:
         first, last = spans.get((buf.tile, buf.name), (0, 0))
         live = (0 if buf.host_written else first, end if buf.host_read else last + 1)
         per_tile[buf.tile].append(
-            BufferRequest(buf.name, buf.size, buf.alignment, buf.region, live,
-                          buf.exclusive_element, buf.avoid)
+            BufferRequest(
+                buf.name,
+                buf.size,
+                buf.alignment,
+                Region(buf.region),
+                live,
+                buf.exclusive_element,
+                buf.avoid,
+            )
         )
     cache: dict[tuple, dict[str, int]] = {}
     allocations: list[dict[str, Allocation]] = [{} for _ in range(program.tile_count)]

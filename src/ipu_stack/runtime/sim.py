@@ -21,6 +21,7 @@ The reduction add sums its inputs in f32 and rounds once to the tensor precision
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ class SimDevice:
                             f"overlaps the reserved range [{lo:#x}, {hi:#x})"
                         )
             for i, a in enumerate(items):
-                for b in items[i + 1:]:
+                for b in items[i + 1 :]:
                     if b.address >= a.address + a.size:
                         break
                     if a.live[0] < b.live[1] and b.live[0] < a.live[1]:
@@ -114,13 +115,22 @@ class SimDevice:
                             f"{max(a.live[0], b.live[0])}..{min(a.live[1], b.live[1]) - 1}"
                         )
 
-    def _span(self, placement: Placement, tile: int, ref: Ref, size: int, step: int | None,
-              alignment: int, what: str) -> int:
+    def _span(
+        self,
+        placement: Placement,
+        tile: int,
+        ref: Ref,
+        size: int,
+        step: int | None,
+        alignment: int,
+        what: str,
+    ) -> int:
         """Check an access and return its offset into the tile's memory array."""
         alloc = placement.allocations[tile].get(ref.buffer)
         if alloc is None:
-            raise SimulationError(f"step {step} tile {tile}: {what} names no allocation "
-                                  f"{ref.buffer!r}")
+            raise SimulationError(
+                f"step {step} tile {tile}: {what} names no allocation {ref.buffer!r}"
+            )
         address = alloc.address + ref.offset
         if address < ipu21.TILE_MEMORY_BASE or address + size > ipu21.TILE_MEMORY_END:
             raise SimulationError(
@@ -129,8 +139,7 @@ class SimDevice:
             )
         if address % alignment:
             raise SimulationError(
-                f"step {step} tile {tile}: {what} at {address:#x} is not {alignment}-byte "
-                "aligned"
+                f"step {step} tile {tile}: {what} at {address:#x} is not {alignment}-byte aligned"
             )
         if ref.offset < 0 or ref.offset + size > alloc.size:
             raise SimulationError(
@@ -146,37 +155,59 @@ class SimDevice:
         return address - ipu21.TILE_MEMORY_BASE
 
     # -- host access --------------------------------------------------------------------------
-    def write_value(self, mem: np.ndarray, placement: Placement, shards: tuple[Shard, ...],
-                    array3: np.ndarray) -> None:
+    def write_value(
+        self, mem: np.ndarray, placement: Placement, shards: tuple[Shard, ...], array3: np.ndarray
+    ) -> None:
         eb = array3.dtype.itemsize
         for sh in shards:
             for j, b in enumerate(sh.batches):
-                block = array3[b, sh.rows[0]: sh.rows[1], sh.cols[0]: sh.cols[1]]
+                block = array3[b, sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
                 if sh.transposed:
                     block = block.T
                 block = np.ascontiguousarray(block)
                 nrows, ncols = block.shape
-                off = self._span(placement, sh.tile, sh.ref.at(j * sh.slot_stride),
-                                 (nrows - 1) * sh.row_stride + ncols * eb, 0, 4, "host write")
+                off = self._span(
+                    placement,
+                    sh.tile,
+                    sh.ref.at(j * sh.slot_stride),
+                    (nrows - 1) * sh.row_stride + ncols * eb,
+                    0,
+                    4,
+                    "host write",
+                )
                 rows = np.lib.stride_tricks.as_strided(
-                    mem[sh.tile, off:], shape=(nrows, ncols * eb),
+                    mem[sh.tile, off:],
+                    shape=(nrows, ncols * eb),
                     strides=(sh.row_stride, 1),
                 )
                 rows[...] = block.view(np.uint8).reshape(nrows, ncols * eb)
 
-    def read_value(self, mem: np.ndarray, placement: Placement, shards: tuple[Shard, ...],
-                   shape3: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
+    def read_value(
+        self,
+        mem: np.ndarray,
+        placement: Placement,
+        shards: tuple[Shard, ...],
+        shape3: tuple[int, int, int],
+        dtype: np.dtype,
+    ) -> np.ndarray:
         out = np.full(shape3, np.nan, dtype=dtype)
         eb = dtype.itemsize
         for sh in shards:
             for j, b in enumerate(sh.batches):
                 nrows, ncols = sh.rows[1] - sh.rows[0], sh.cols[1] - sh.cols[0]
-                off = self._span(placement, sh.tile, sh.ref.at(j * sh.slot_stride),
-                                 (nrows - 1) * sh.row_stride + ncols * eb, None, 4, "host read")
+                off = self._span(
+                    placement,
+                    sh.tile,
+                    sh.ref.at(j * sh.slot_stride),
+                    (nrows - 1) * sh.row_stride + ncols * eb,
+                    None,
+                    4,
+                    "host read",
+                )
                 rows = np.lib.stride_tricks.as_strided(
                     mem[sh.tile, off:], shape=(nrows, ncols * eb), strides=(sh.row_stride, 1)
                 )
-                out[b, sh.rows[0]: sh.rows[1], sh.cols[0]: sh.cols[1]] = (
+                out[b, sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]] = (
                     np.ascontiguousarray(rows).view(dtype).reshape(nrows, ncols)
                 )
         return out
@@ -238,11 +269,16 @@ class SimDevice:
                 missing = int(np.isnan(value).sum())
                 raise SimulationError(f"output {binding.name!r}: {missing} elements never written")
             outputs[binding.name] = value.reshape(binding.shape)
-        return RunResult(outputs, int(clock.max()), clock, step_cycles,
-                         time.perf_counter() - start)
+        return RunResult(outputs, int(clock.max()), clock, step_cycles, time.perf_counter() - start)
 
-    def _compute(self, mem: np.ndarray, placement: Placement, calls: list[KernelCall],
-                 step: int, clock: np.ndarray) -> None:
+    def _compute(
+        self,
+        mem: np.ndarray,
+        placement: Placement,
+        calls: list[KernelCall],
+        step: int,
+        clock: np.ndarray,
+    ) -> None:
         # Calls run in program order; a run of consecutive GEMM calls executes as one batch
         # (each tile's calls stay ordered, and tiles share no memory).
         gemms: dict[tuple, list[GemmCall]] = defaultdict(list)
@@ -260,13 +296,15 @@ class SimDevice:
             self._simple(mem, placement, call, step)
         self._flush(mem, placement, gemms, step)
 
-    def _flush(self, mem: np.ndarray, placement: Placement,
-               gemms: dict[tuple, list[GemmCall]], step: int) -> None:
+    def _flush(
+        self, mem: np.ndarray, placement: Placement, gemms: dict[tuple, list[GemmCall]], step: int
+    ) -> None:
         for key in sorted(gemms, key=lambda k: k[0]):
             _, rows, k, c, _, accumulate = key
             group = gemms[key]
-            self._gemm_batch(mem, placement, group, rows, k, c, group[0].precision, accumulate,
-                             step)
+            self._gemm_batch(
+                mem, placement, group, rows, k, c, group[0].precision, accumulate, step
+            )
         gemms.clear()
 
     def _simple(self, mem: np.ndarray, placement: Placement, call: KernelCall, step: int) -> None:
@@ -274,23 +312,32 @@ class SimDevice:
         if isinstance(call, CopyCall):
             src = self._span(placement, t, call.src, call.size, step, 4, "copy source")
             dst = self._span(placement, t, call.dst, call.size, step, 4, "copy destination")
-            mem[t, dst: dst + call.size] = mem[t, src: src + call.size]
+            mem[t, dst : dst + call.size] = mem[t, src : src + call.size]
         elif isinstance(call, FillCall):
             dst = self._span(placement, t, call.dst, call.size, step, 4, "fill")
-            mem[t, dst: dst + call.size] = 0
+            mem[t, dst : dst + call.size] = 0
         elif isinstance(call, AddCall):
             dtype = np.dtype(call.precision.numpy_name)
             n = call.elements * dtype.itemsize
             out = self._span(placement, t, call.out, n, step, 8, "add output")
-            total = mem[t, out: out + n].view(dtype).astype(np.float32)
+            total = mem[t, out : out + n].view(dtype).astype(np.float32)
             for ref in call.inputs:
                 src = self._span(placement, t, ref, n, step, 8, "add input")
-                total += mem[t, src: src + n].view(dtype).astype(np.float32)
-            mem[t, out: out + n] = total.astype(dtype).view(np.uint8)
+                total += mem[t, src : src + n].view(dtype).astype(np.float32)
+            mem[t, out : out + n] = total.astype(dtype).view(np.uint8)
 
-    def _gemm_batch(self, mem: np.ndarray, placement: Placement, group: list[GemmCall],
-                    rows: int, k: int, c: int, precision: ipu21.Precision, accumulate: bool,
-                    step: int) -> None:
+    def _gemm_batch(
+        self,
+        mem: np.ndarray,
+        placement: Placement,
+        group: list[GemmCall],
+        rows: int,
+        k: int,
+        c: int,
+        precision: ipu21.Precision,
+        accumulate: bool,
+        step: int,
+    ) -> None:
         dtype = np.dtype(precision.numpy_name)
         eb = dtype.itemsize
         align = ipu21.AMP_OPERAND_ALIGNMENT
@@ -303,10 +350,10 @@ class SimDevice:
             lo = self._span(placement, t, call.left, rows * k * eb, step, align, "gemm left")
             ro = self._span(placement, t, call.right, k * c * eb, step, align, "gemm right")
             oo = self._span(placement, t, call.out, rows * c * eb, step, align, "gemm output")
-            lefts[i] = mem[t, lo: lo + rows * k * eb].view(dtype).reshape(rows, k)
-            rights[i] = mem[t, ro: ro + k * c * eb].view(dtype).reshape(k, c)
+            lefts[i] = mem[t, lo : lo + rows * k * eb].view(dtype).reshape(rows, k)
+            rights[i] = mem[t, ro : ro + k * c * eb].view(dtype).reshape(k, c)
             if accumulate:
-                outs[i] = mem[t, oo: oo + rows * c * eb].view(dtype).reshape(rows, c)
+                outs[i] = mem[t, oo : oo + rows * c * eb].view(dtype).reshape(rows, c)
             out_offsets.append((t, oo))
         if not accumulate:
             outs[...] = 0
@@ -314,8 +361,8 @@ class SimDevice:
             acc = outs
             for p in range(0, k, precision.k_micro):
                 panel = np.matmul(
-                    lefts[:, :, p: p + precision.k_micro].astype(np.float32),
-                    rights[:, p: p + precision.k_micro, :].astype(np.float32),
+                    lefts[:, :, p : p + precision.k_micro].astype(np.float32),
+                    rights[:, p : p + precision.k_micro, :].astype(np.float32),
                 )
                 acc = (acc.astype(np.float32) + panel).astype(np.float16)
             outs = acc
@@ -323,10 +370,17 @@ class SimDevice:
             outs = (outs + np.matmul(lefts, rights)).astype(dtype)
         nbytes = rows * c * eb
         for i, (t, oo) in enumerate(out_offsets):
-            mem[t, oo: oo + nbytes] = outs[i].reshape(-1).view(np.uint8)
+            mem[t, oo : oo + nbytes] = outs[i].reshape(-1).view(np.uint8)
 
-    def _exchange(self, mem: np.ndarray, placement: Placement, transfers: list,
-                  phase: ExchangePhase, schedule: PhaseSchedule, step: int) -> None:
+    def _exchange(
+        self,
+        mem: np.ndarray,
+        placement: Placement,
+        transfers: list,
+        phase: ExchangePhase,
+        schedule: PhaseSchedule,
+        step: int,
+    ) -> None:
         verify_schedule(phase, schedule)  # independent of the scheduler that produced it
         reads: dict[int, list[tuple[int, int]]] = defaultdict(list)
         writes: dict[int, list[tuple[int, int]]] = defaultdict(list)
@@ -343,17 +397,18 @@ class SimDevice:
             moves.append((t.source_tile, src, n, dsts))
         for tile, ws in writes.items():
             _check_disjoint(tile, ws, reads.get(tile, []), step)
-        data = [mem[s, o: o + n].copy() for s, o, n, _ in moves]
+        data = [mem[s, o : o + n].copy() for s, o, n, _ in moves]
         for (_, _, n, dsts), words in zip(moves, data, strict=True):
             for tile, dst in dsts:
-                mem[tile, dst: dst + n] = words
+                mem[tile, dst : dst + n] = words
 
 
-def _check_disjoint(tile: int, writes: list[tuple[int, int]], reads: list[tuple[int, int]],
-                    step: int) -> None:
+def _check_disjoint(
+    tile: int, writes: list[tuple[int, int]], reads: list[tuple[int, int]], step: int
+) -> None:
     """A tile must not receive twice into one byte, nor send bytes that the phase writes."""
     ws = sorted(writes)
-    for (a0, a1), (b0, b1) in zip(ws, ws[1:], strict=False):
+    for (_a0, a1), (b0, b1) in itertools.pairwise(ws):
         if b0 < a1:
             raise SimulationError(
                 f"step {step} tile {tile}: two receives write [{b0 + ipu21.TILE_MEMORY_BASE:#x}, "
