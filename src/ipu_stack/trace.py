@@ -53,7 +53,7 @@ class Trace:
 
 
 def configure_logging(verbose: bool = True) -> None:
-    """Route ipu_stack events to stdout (errors go to stderr) as ``INFO message key=value ...`` lines."""
+    """Route ipu_stack events to stdout as ``INFO message key=value ...`` (errors: stderr)."""
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     LOGGER.handlers[:] = [handler]

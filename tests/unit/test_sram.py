@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 
 import pytest
 
@@ -364,14 +363,3 @@ def test_random_allocations_verify() -> None:
                         addrs[y.name], y.size
                     )
     assert placed > 150
-
-
-def test_speed_50_buffers() -> None:
-    rng = random.Random(99)
-    reqs = random_requests(rng, 50)
-    allocate_tile(reqs)
-    t0 = time.perf_counter()
-    for _ in range(20):
-        allocate_tile(reqs)
-    per_tile = (time.perf_counter() - t0) / 20
-    assert per_tile < 0.02  # target is < 2 ms; generous bound to keep CI stable

@@ -8,9 +8,6 @@ schedule      physical exchange phases, scheduled and verified
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
