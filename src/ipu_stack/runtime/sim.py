@@ -175,12 +175,8 @@ class SimDevice:
                     4,
                     "host write",
                 )
-                rows = np.lib.stride_tricks.as_strided(
-                    mem[sh.tile, off:],
-                    shape=(nrows, ncols * eb),
-                    strides=(sh.row_stride, 1),
-                )
-                rows[...] = block.view(np.uint8).reshape(nrows, ncols * eb)
+                dest = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
+                dest[...] = block.view(np.uint8).reshape(nrows, ncols * eb).view(dest.dtype)
 
     def read_value(
         self,
@@ -204,11 +200,9 @@ class SimDevice:
                     4,
                     "host read",
                 )
-                rows = np.lib.stride_tricks.as_strided(
-                    mem[sh.tile, off:], shape=(nrows, ncols * eb), strides=(sh.row_stride, 1)
-                )
+                rows = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
                 out[b, sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]] = (
-                    np.ascontiguousarray(rows).view(dtype).reshape(nrows, ncols)
+                    np.ascontiguousarray(rows).view(np.uint8).view(dtype).reshape(nrows, ncols)
                 )
         return out
 
@@ -358,14 +352,15 @@ class SimDevice:
         if not accumulate:
             outs[...] = 0
         if precision.name == "f16":
-            acc = outs
+            left32, right32 = lefts.astype(np.float32), rights.astype(np.float32)
+            acc32 = outs.astype(np.float32)
+            panel = np.empty_like(acc32)
             for p in range(0, k, precision.k_micro):
-                panel = np.matmul(
-                    lefts[:, :, p : p + precision.k_micro].astype(np.float32),
-                    rights[:, p : p + precision.k_micro, :].astype(np.float32),
-                )
-                acc = (acc.astype(np.float32) + panel).astype(np.float16)
-            outs = acc
+                q = p + precision.k_micro
+                np.matmul(left32[:, :, p:q], right32[:, p:q, :], out=panel)
+                acc32 += panel
+                outs[...] = acc32  # the partial is written back to memory as f16
+                acc32[...] = outs
         else:
             outs = (outs + np.matmul(lefts, rights)).astype(dtype)
         nbytes = rows * c * eb
@@ -425,6 +420,20 @@ def _check_disjoint(
                 f"step {step} tile {tile}: sends bytes [{r0 + ipu21.TILE_MEMORY_BASE:#x}, "
                 f"{r1 + ipu21.TILE_MEMORY_BASE:#x}) that the same phase receives into"
             )
+
+
+def _strided_rows(
+    tile_mem: np.ndarray, offset: int, nrows: int, row_bytes: int, stride: int
+) -> np.ndarray:
+    """A (rows, row_bytes) view of tile memory; 32-bit elements when everything is aligned."""
+    if offset % 4 == 0 and row_bytes % 4 == 0 and stride % 4 == 0:
+        words = tile_mem.view(np.uint32)[offset // 4 :]
+        return np.lib.stride_tricks.as_strided(
+            words, shape=(nrows, row_bytes // 4), strides=(stride, 4)
+        )
+    return np.lib.stride_tricks.as_strided(
+        tile_mem[offset:], shape=(nrows, row_bytes), strides=(stride, 1)
+    )
 
 
 def _as3d(array: np.ndarray) -> np.ndarray:
