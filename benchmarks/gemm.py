@@ -40,8 +40,15 @@ def main() -> int:
             "simulated_cycles": report["simulated_cycles"],
             "estimate_error": round(
                 (report["estimated_cycles"] - report["simulated_cycles"])
-                / report["simulated_cycles"], 4),
+                / report["simulated_cycles"],
+                4,
+            ),
             "plan_seconds": round(report["plan_seconds"], 3),
+            "plan_and_lower_seconds": round(
+                sum(p["elapsed_ms"] for p in report["phases"] if p["name"] in ("plan", "lower"))
+                / 1000,
+                3,
+            ),
             "simulate_seconds": round(report["simulate_seconds"], 3),
             "total_seconds": round(time.perf_counter() - start, 3),
             "relative_error": report["relative_error"],
@@ -52,8 +59,11 @@ def main() -> int:
         print(json.dumps({k: v for k, v in row.items() if k != "plan"}), file=sys.stderr)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"python": platform.python_version(), "machine": platform.machine(),
-            "cpus": os.cpu_count()}
+    meta = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+    }
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
     os.replace(tmp, out)

@@ -8,6 +8,9 @@ schedule      physical exchange phases, scheduled and verified
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
@@ -65,6 +68,24 @@ def build(
         GraphError: the graph is invalid.
         PlanError: nothing fits in tile memory (says what and by how much).
     """
+    with _no_gc():
+        return _build(graph, config, trace)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    # Lowering makes millions of small long-lived tuples; the cyclic collector's repeated
+    # scans of them cost more than the work itself, and the build makes no reference cycles.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None) -> Build:
     config = config or BuildConfig()
     trace = trace or Trace()
     if not 1 <= config.tiles <= TILES:
