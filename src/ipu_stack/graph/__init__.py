@@ -1,5 +1,11 @@
 """The user-facing program representation."""
 
-from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value, evaluate_reference
+from ipu_stack.graph.compute_graph import (
+    ComputeGraph,
+    GemmOp,
+    Operation,
+    Value,
+    evaluate_reference,
+)
 
-__all__ = ["ComputeGraph", "GemmOp", "Value", "evaluate_reference"]
+__all__ = ["ComputeGraph", "GemmOp", "Operation", "Value", "evaluate_reference"]

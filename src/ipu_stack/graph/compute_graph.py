@@ -7,7 +7,9 @@ fails at the line that builds it, with a message naming the operation and its op
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -31,16 +33,43 @@ class Value:
 
 
 @dataclass(frozen=True, slots=True)
-class GemmOp:
-    """output = left @ right on the last two axes, leading batch axes broadcast like NumPy."""
+class Operation:
+    """One operation: its kind, operand value ids, output value id and attributes."""
 
     id: int
     name: str
-    left: int
-    right: int
+    kind: str
+    inputs: tuple[int, ...]
     output: int
-    transpose_left: bool = False
-    transpose_right: bool = False
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    # gemm conveniences
+    @property
+    def left(self) -> int:
+        return self.inputs[0]
+
+    @property
+    def right(self) -> int:
+        return self.inputs[1]
+
+    @property
+    def transpose_left(self) -> bool:
+        return bool(self.attr("transpose_left", False))
+
+    @property
+    def transpose_right(self) -> bool:
+        return bool(self.attr("transpose_right", False))
+
+
+GemmOp = Operation  # the gemm view of an operation (kept for readability at call sites)
+
+ELEMENTWISE_BINARY = ("add", "mul")
 
 
 @dataclass(slots=True)
@@ -51,15 +80,15 @@ class ComputeGraph:
         >>> g = ComputeGraph()
         >>> x = g.host_input("x", (128, 64), "f16")
         >>> w = g.parameter("w", (64, 32), "f16")
-        >>> g.set_outputs(g.gemm(x, w))
+        >>> g.set_outputs(g.gelu(g.gemm(x, w)))
     """
 
     values: list[Value] = field(default_factory=list)
-    operations: list[GemmOp] = field(default_factory=list)
+    operations: list[Operation] = field(default_factory=list)
     outputs: tuple[int, ...] = ()
 
     # -- construction -----------------------------------------------------------------------
-    def _new_value(self, name: str, shape: tuple[int, ...], dtype: str, kind: str) -> Value:
+    def _new_value(self, name: str, shape: Sequence[int], dtype: str, kind: str) -> Value:
         if dtype not in PRECISIONS:
             known = ", ".join(sorted(PRECISIONS))
             raise GraphError(f"value {name!r}: unknown precision {dtype!r}; supported: {known}")
@@ -75,20 +104,55 @@ class ComputeGraph:
         self.values.append(value)
         return value
 
-    def host_input(self, name: str, shape: tuple[int, ...], dtype: str = "f16") -> Value:
+    def host_input(self, name: str, shape: Sequence[int], dtype: str = "f16") -> Value:
         """A tensor the host writes before each run (delivered once, not replicated)."""
         return self._new_value(name, shape, dtype, "host_input")
 
-    def parameter(self, name: str, shape: tuple[int, ...], dtype: str = "f16") -> Value:
+    def parameter(self, name: str, shape: Sequence[int], dtype: str = "f16") -> Value:
         """Weights uploaded once before runs; the plan may store them in any layout."""
         return self._new_value(name, shape, dtype, "parameter")
 
     def _check(self, value: Value) -> Value:
-        if not isinstance(value, Value) or value.id >= len(self.values):
-            raise GraphError(f"{value!r} is not a value of this graph")
-        if self.values[value.id] is not value and self.values[value.id] != value:
+        if (
+            not isinstance(value, Value)
+            or value.id >= len(self.values)
+            or self.values[value.id] != value
+        ):
             raise GraphError(f"{value!r} is not a value of this graph")
         return value
+
+    def _op(
+        self,
+        kind: str,
+        inputs: Sequence[Value],
+        shape: Sequence[int],
+        dtype: str,
+        name: str | None,
+        **attrs: Any,
+    ) -> Value:
+        op_name = name or f"{kind}{len(self.operations)}"
+        out = self._new_value(f"{op_name}.out", shape, dtype, "operation")
+        self.operations.append(
+            Operation(
+                len(self.operations),
+                op_name,
+                kind,
+                tuple(v.id for v in inputs),
+                out.id,
+                tuple(sorted(attrs.items())),
+            )
+        )
+        return out
+
+    def _name(self, kind: str, name: str | None) -> str:
+        return name or f"{kind}{len(self.operations)}"
+
+    def _same_dtype(self, op_name: str, *vs: Value) -> str:
+        dtypes = {v.dtype for v in vs}
+        if len(dtypes) > 1:
+            detail = ", ".join(f"{v.name!r} is {v.dtype}" for v in vs)
+            raise GraphError(f"{op_name}: operand precisions differ: {detail}")
+        return vs[0].dtype
 
     def gemm(
         self,
@@ -105,18 +169,14 @@ class ComputeGraph:
                 differ, or the batch axes cannot broadcast.
         """
         left, right = self._check(left), self._check(right)
-        op_name = name or f"gemm{len(self.operations)}"
+        op_name = self._name("gemm", name)
         for role, v in (("left", left), ("right", right)):
             if len(v.shape) < 2:
                 raise GraphError(
                     f"{op_name}: {role} operand {v.name!r} has shape {v.shape}; "
                     "gemm needs rank >= 2"
                 )
-        if left.dtype != right.dtype:
-            raise GraphError(
-                f"{op_name}: operand precisions differ: {left.name!r} is {left.dtype}, "
-                f"{right.name!r} is {right.dtype}"
-            )
+        dtype = self._same_dtype(op_name, left, right)
         m, k_left = left.shape[-2:][::-1] if transpose_left else left.shape[-2:]
         k_right, n = right.shape[-2:][::-1] if transpose_right else right.shape[-2:]
         if k_left != k_right:
@@ -126,26 +186,178 @@ class ComputeGraph:
                 f"{right.name!r} {right.shape}{' (transposed)' if transpose_right else ''} "
                 f"has K={k_right}"
             )
+        batch = self._broadcast(op_name, left, right, left.shape[:-2], right.shape[:-2])
+        return self._op(
+            "gemm",
+            (left, right),
+            (*batch, m, n),
+            dtype,
+            op_name,
+            transpose_left=bool(transpose_left),
+            transpose_right=bool(transpose_right),
+        )
+
+    def _broadcast(
+        self, op_name: str, a: Value, b: Value, sa: tuple[int, ...], sb: tuple[int, ...]
+    ) -> tuple[int, ...]:
         try:
-            batch = np.broadcast_shapes(left.shape[:-2], right.shape[:-2])
+            return tuple(np.broadcast_shapes(sa, sb))
         except ValueError:
             raise GraphError(
-                f"{op_name}: batch axes {left.shape[:-2]} of {left.name!r} and "
-                f"{right.shape[:-2]} of {right.name!r} do not broadcast"
+                f"{op_name}: shapes {sa} of {a.name!r} and {sb} of {b.name!r} do not broadcast"
             ) from None
-        out = self._new_value(f"{op_name}.out", (*batch, m, n), left.dtype, "operation")
-        self.operations.append(
-            GemmOp(
-                len(self.operations),
-                op_name,
-                left.id,
-                right.id,
-                out.id,
-                transpose_left,
-                transpose_right,
-            )
+
+    def _binary(self, kind: str, a: Value, b: Value, name: str | None) -> Value:
+        a, b = self._check(a), self._check(b)
+        op_name = self._name(kind, name)
+        dtype = self._same_dtype(op_name, a, b)
+        shape = self._broadcast(op_name, a, b, a.shape, b.shape)
+        return self._op(kind, (a, b), shape, dtype, op_name)
+
+    def add(self, a: Value, b: Value, name: str | None = None) -> Value:
+        """a + b with NumPy broadcasting."""
+        return self._binary("add", a, b, name)
+
+    def mul(self, a: Value, b: Value, name: str | None = None) -> Value:
+        """a * b with NumPy broadcasting."""
+        return self._binary("mul", a, b, name)
+
+    def gelu(self, x: Value, name: str | None = None) -> Value:
+        """Exact GeLU: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+        x = self._check(x)
+        return self._op("gelu", (x,), x.shape, x.dtype, name)
+
+    def layer_norm(
+        self,
+        x: Value,
+        scale: Value,
+        bias: Value,
+        epsilon: float = 1e-5,
+        name: str | None = None,
+    ) -> Value:
+        """Normalise over the last axis, then scale and shift (both of shape ``(C,)``)."""
+        x, scale, bias = self._check(x), self._check(scale), self._check(bias)
+        op_name = self._name("layer_norm", name)
+        self._same_dtype(op_name, x, scale, bias)
+        for role, v in (("scale", scale), ("bias", bias)):
+            if v.shape != (x.shape[-1],):
+                raise GraphError(
+                    f"{op_name}: {role} {v.name!r} has shape {v.shape}, expected "
+                    f"({x.shape[-1]},) to match the last axis of {x.name!r} {x.shape}"
+                )
+        if not epsilon > 0:
+            raise GraphError(f"{op_name}: epsilon must be positive, got {epsilon}")
+        return self._op(
+            "layer_norm", (x, scale, bias), x.shape, x.dtype, op_name, epsilon=float(epsilon)
         )
-        return out
+
+    def softmax(self, x: Value, name: str | None = None) -> Value:
+        """Softmax over the last axis."""
+        x = self._check(x)
+        return self._op("softmax", (x,), x.shape, x.dtype, name)
+
+    def view(self, x: Value, shape: Sequence[int], name: str | None = None) -> Value:
+        """Reshape (row-major order kept); one dimension may be -1."""
+        x = self._check(x)
+        op_name = self._name("view", name)
+        shape = [int(d) for d in shape]
+        if shape.count(-1) > 1 or any(d == 0 or d < -1 for d in shape):
+            raise GraphError(f"{op_name}: bad target shape {tuple(shape)} for {x.name!r}")
+        if -1 in shape:
+            known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+            if known == 0 or x.size % known:
+                raise GraphError(
+                    f"{op_name}: cannot view {x.name!r} {x.shape} as {tuple(shape)}"
+                )
+            shape[shape.index(-1)] = x.size // known
+        if int(np.prod(shape, dtype=np.int64)) != x.size:
+            raise GraphError(
+                f"{op_name}: cannot view {x.name!r} {x.shape} ({x.size} elements) as "
+                f"{tuple(shape)} ({int(np.prod(shape, dtype=np.int64))} elements)"
+            )
+        return self._op("view", (x,), tuple(shape), x.dtype, op_name)
+
+    def transpose(self, x: Value, perm: Sequence[int], name: str | None = None) -> Value:
+        """Permute axes: output axis i is input axis perm[i]."""
+        x = self._check(x)
+        op_name = self._name("transpose", name)
+        perm = tuple(int(p) % len(x.shape) if -len(x.shape) <= p < len(x.shape) else -1
+                     for p in perm)
+        if sorted(perm) != list(range(len(x.shape))):
+            raise GraphError(
+                f"{op_name}: perm {tuple(perm)} is not a permutation of the {len(x.shape)} "
+                f"axes of {x.name!r} {x.shape}"
+            )
+        shape = tuple(x.shape[p] for p in perm)
+        return self._op("transpose", (x,), shape, x.dtype, op_name, perm=perm)
+
+    def slice(
+        self,
+        x: Value,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        axes: Sequence[int] | None = None,
+        name: str | None = None,
+    ) -> Value:
+        """Contiguous slice (step 1) along ``axes``; bounds clamp like NumPy."""
+        x = self._check(x)
+        op_name = self._name("slice", name)
+        axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+        if not len(starts) == len(ends) == len(axes):
+            raise GraphError(f"{op_name}: starts, ends and axes must have equal lengths")
+        bounds = [(0, d) for d in x.shape]
+        for s, e, a in zip(starts, ends, axes, strict=True):
+            if not -len(x.shape) <= a < len(x.shape):
+                raise GraphError(f"{op_name}: axis {a} out of range for {x.name!r} {x.shape}")
+            a %= len(x.shape)
+            lo, hi, _ = slice(int(s), int(e)).indices(x.shape[a])
+            if hi <= lo:
+                raise GraphError(
+                    f"{op_name}: slice [{s}:{e}] of axis {a} of {x.name!r} {x.shape} is empty"
+                )
+            bounds[a] = (lo, hi)
+        shape = tuple(hi - lo for lo, hi in bounds)
+        return self._op("slice", (x,), shape, x.dtype, op_name, bounds=tuple(bounds))
+
+    def flash_attention(
+        self,
+        q: Value,
+        k: Value,
+        v: Value,
+        causal: bool = False,
+        scale: float | None = None,
+        name: str | None = None,
+    ) -> Value:
+        """softmax(q @ k^T * scale [+ causal mask]) @ v over the last two axes.
+
+        q is ``[..., Tq, D]``, k ``[..., Tk, D]``, v ``[..., Tk, Dv]``; leading axes equal.
+        """
+        q, k, v = self._check(q), self._check(k), self._check(v)
+        op_name = self._name("flash_attention", name)
+        dtype = self._same_dtype(op_name, q, k, v)
+        if len(q.shape) < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+            raise GraphError(
+                f"{op_name}: q {q.shape}, k {k.shape} and v {v.shape} need equal leading axes"
+            )
+        if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+            raise GraphError(
+                f"{op_name}: q {q.shape} and k {k.shape} need the same last axis and k and v "
+                f"{v.shape} the same key count"
+            )
+        scale = float(scale) if scale is not None else float(1.0 / np.sqrt(q.shape[-1]))
+        shape = (*q.shape[:-1], v.shape[-1])
+        return self._op(
+            "flash_attention", (q, k, v), shape, dtype, op_name, causal=bool(causal), scale=scale
+        )
+
+    def cast(self, x: Value, dtype: str, name: str | None = None) -> Value:
+        """Convert to another precision."""
+        x = self._check(x)
+        op_name = self._name("cast", name)
+        if dtype not in PRECISIONS:
+            known = ", ".join(sorted(PRECISIONS))
+            raise GraphError(f"{op_name}: unknown precision {dtype!r}; supported: {known}")
+        return self._op("cast", (x,), x.shape, dtype, op_name)
 
     def set_outputs(self, *values: Value) -> None:
         """Mark the values the host reads after a run."""
@@ -160,8 +372,14 @@ class ComputeGraph:
     def by_kind(self, kind: str) -> list[Value]:
         return [v for v in self.values if v.kind == kind]
 
-    def consumers(self, value_id: int) -> list[GemmOp]:
-        return [op for op in self.operations if value_id in (op.left, op.right)]
+    def consumers(self, value_id: int) -> list[Operation]:
+        return [op for op in self.operations if value_id in op.inputs]
+
+    def producer(self, value_id: int) -> Operation | None:
+        for op in self.operations:
+            if op.output == value_id:
+                return op
+        return None
 
     def verify(self) -> None:
         """Check structural invariants: SSA order, outputs set, operands defined before use."""
@@ -169,7 +387,7 @@ class ComputeGraph:
             raise GraphError("the graph has no outputs; call set_outputs(...)")
         produced = {v.id for v in self.values if v.kind != "operation"}
         for op in self.operations:
-            for operand in (op.left, op.right):
+            for operand in op.inputs:
                 if operand not in produced:
                     raise GraphError(f"{op.name}: operand value {operand} used before definition")
             produced.add(op.output)
@@ -184,6 +402,46 @@ def reference_gemm(
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
 
 
+def reference_op(op: Operation, args: list[np.ndarray]) -> np.ndarray:
+    """float64 NumPy semantics of one operation (the independent reference)."""
+    from scipy.special import erf
+
+    if op.kind == "gemm":
+        return reference_gemm(args[0], args[1], op.transpose_left, op.transpose_right)
+    if op.kind == "add":
+        return args[0] + args[1]
+    if op.kind == "mul":
+        return args[0] * args[1]
+    if op.kind == "gelu":
+        x = args[0]
+        return x * 0.5 * (1.0 + erf(x / np.sqrt(2.0)))
+    if op.kind == "layer_norm":
+        x, scale, bias = args
+        mean = x.mean(axis=-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + op.attr("epsilon")) * scale + bias
+    if op.kind == "softmax":
+        x = args[0]
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    if op.kind == "transpose":
+        return np.transpose(args[0], op.attr("perm"))
+    if op.kind == "slice":
+        return args[0][tuple(slice(lo, hi) for lo, hi in op.attr("bounds"))]
+    if op.kind == "flash_attention":
+        q, k, v = args
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * op.attr("scale")
+        if op.attr("causal"):
+            tq, tk = s.shape[-2:]
+            mask = np.triu(np.ones((tq, tk), bool), k=1 + tk - tq)
+            s = np.where(mask, -np.inf, s)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return np.matmul(e / e.sum(axis=-1, keepdims=True), v)
+    if op.kind == "cast":
+        return args[0]
+    raise GraphError(f"{op.name}: no reference for operation kind {op.kind!r}")
+
+
 def evaluate_reference(graph: ComputeGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Evaluate the graph in float64 with NumPy (the independent reference)."""
     env: dict[int, np.ndarray] = {}
@@ -191,7 +449,9 @@ def evaluate_reference(graph: ComputeGraph, feeds: dict[str, np.ndarray]) -> dic
         if v.kind != "operation":
             env[v.id] = np.asarray(feeds[v.name], dtype=np.float64)
     for op in graph.operations:
-        env[op.output] = reference_gemm(
-            env[op.left], env[op.right], op.transpose_left, op.transpose_right
-        )
+        args = [env[i] for i in op.inputs]
+        if op.kind == "view":
+            env[op.output] = args[0].reshape(graph.value(op.output).shape)
+        else:
+            env[op.output] = reference_op(op, args)
     return {graph.value(i).name: env[i] for i in graph.outputs}
