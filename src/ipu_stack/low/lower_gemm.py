@@ -20,6 +20,7 @@ import numpy as np
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp
+from ipu_stack.low.gather import GatherRequest, ShardIndex, gather
 from ipu_stack.low.program import (
     AddCall,
     Buffer,
@@ -63,6 +64,7 @@ class _Block:
     storage_rows: int  # padded
     storage_cols: int  # padded
     transposed: bool  # value stored transposed relative to kernel orientation
+    row_base: int = 0  # flat row of the value where this batch entry starts
 
 
 @dataclass(slots=True)
@@ -85,9 +87,11 @@ def _block_shard(block: _Block, row_lo: int, row_hi: int, eb: int) -> Shard | No
     rows = (block.krows[0] + row_lo, block.krows[0] + real_hi)
     row_stride = block.storage_cols * eb
     ref = block.ref.at(row_lo * row_stride)
+    base = block.row_base
     if block.transposed:  # storage rows are value columns
-        return Shard(block.tile, ref, (block.vbatch,), block.kcols, rows, row_stride, 0, True)
-    return Shard(block.tile, ref, (block.vbatch,), rows, block.kcols, row_stride, 0, False)
+        vrows = (base + block.kcols[0], base + block.kcols[1])
+        return Shard(block.tile, ref, vrows, rows, row_stride, True)
+    return Shard(block.tile, ref, (base + rows[0], base + rows[1]), block.kcols, row_stride)
 
 
 def lower_gemm(
@@ -188,10 +192,15 @@ def lower_gemm(
                             step_base[(role, s)] = base
                             for j, vb in enumerate(slots):
                                 ref = operand_refs[role].at(base + j * block_bytes[s])
+                                base_row = vb * v.shape[-2]
                                 if role == "left":
-                                    blk = _Block(tile, ref, vb, (r0, r1), ks, rows, kp, trans)
+                                    blk = _Block(
+                                        tile, ref, vb, (r0, r1), ks, rows, kp, trans, base_row
+                                    )
                                 else:
-                                    blk = _Block(tile, ref, vb, ks, (c0, c1), kp, cpad, trans)
+                                    blk = _Block(
+                                        tile, ref, vb, ks, (c0, c1), kp, cpad, trans, base_row
+                                    )
                                 key = (role, vb, blk.krows, blk.kcols)
                                 modes[key] = mode
                                 if mode == "moved":
@@ -226,11 +235,16 @@ def lower_gemm(
                 reduce_groups.append(group)
                 if pk == 1:
                     tile, out_ref, out_stride, b0, b1, rr, _ = group[0]
-                    out_shards.append(
-                        Shard(
-                            tile, out_ref, tuple(range(b0, b1)), rr, (c0, c1), cpad * eb, out_stride
+                    for b in range(b0, b1):
+                        out_shards.append(
+                            Shard(
+                                tile,
+                                out_ref.at((b - b0) * out_stride),
+                                (b * m + rr[0], b * m + rr[1]),
+                                (c0, c1),
+                                cpad * eb,
+                            )
                         )
-                    )
 
     # Operand delivery per K step, then the step's kernels.
     home_sizes: dict[int, dict[str, int]] = defaultdict(dict)
@@ -256,7 +270,7 @@ def lower_gemm(
                 copies_by_step,
                 f"{name}.{role}.home",
             )
-        fills, moved = _gather_moved(moved_blocks[s], value_shards, eb)
+        fills, moved = _gather_moved(moved_blocks[s], value_shards, eb, name)
         builder.compute(fills + copies_by_step[s] + moved[0])
         builder.exchange(f"{name} operands step {s}", transfers + moved[1])
         builder.compute(kernels_by_step[s])
@@ -266,7 +280,7 @@ def lower_gemm(
                 Buffer(tile, buf_name, _round_up(size, ALIGN), ALIGN, "any", host_written=True)
             )
     if pk > 1:
-        out_shards += _reduce(reduce_groups, pk, n, precision, builder, name)
+        out_shards += _reduce(reduce_groups, pk, m, n, precision, builder, name)
     return out_shards
 
 
@@ -304,16 +318,7 @@ def _distribute(
         shard = _block_shard(owner, lo, hi, eb)
         if shard is not None:
             host_shards[value_id].append(
-                Shard(
-                    shard.tile,
-                    src,
-                    shard.batches,
-                    shard.rows,
-                    shard.cols,
-                    shard.row_stride,
-                    0,
-                    shard.transposed,
-                )
+                Shard(shard.tile, src, shard.rows, shard.cols, shard.row_stride, shard.transposed)
             )
         dests = tuple((b.tile, b.ref.at(lo * row_bytes)) for b in members if b is not owner)
         if dests:
@@ -322,62 +327,37 @@ def _distribute(
 
 
 def _gather_moved(
-    needs: list[tuple[_Block, int]], value_shards: dict[int, list[Shard]], eb: int
+    needs: list[tuple[_Block, int]], value_shards: dict[int, list[Shard]], eb: int, what: str
 ) -> tuple[list[KernelCall], tuple[list[KernelCall], list[LogicalTransfer]]]:
-    """Transfers (and local copies) that assemble blocks from a producer's shards."""
+    """Zero-fills, local copies and transfers that assemble blocks from a producer's shards."""
     fills: list[KernelCall] = []
-    copies: list[KernelCall] = []
-    by_source: dict[tuple[int, str, int, int], list[tuple[int, Ref]]] = defaultdict(list)
-    arrays: dict[int, np.ndarray] = {}
+    by_value: dict[int, list[GatherRequest]] = defaultdict(list)
     for blk, vid in needs:
-        shards = value_shards[vid]
-        if vid not in arrays:
-            arrays[vid] = np.array(
-                [(sh.batches[0], len(sh.batches), *sh.rows, *sh.cols) for sh in shards]
-            ).reshape(-1, 6)
-        a = arrays[vid]
+        if blk.transposed:
+            raise GraphError(f"{what}: a transposed operand produced on chip is not supported")
         size = blk.storage_rows * blk.storage_cols * eb
         if (
             blk.krows[1] - blk.krows[0] < blk.storage_rows
             or blk.kcols[1] - blk.kcols[0] < blk.storage_cols
         ):
             fills.append(FillCall(blk.tile, blk.ref, size))
-        hit = (
-            (a[:, 0] <= blk.vbatch)
-            & (blk.vbatch < a[:, 0] + a[:, 1])
-            & (a[:, 2] < blk.krows[1])
-            & (blk.krows[0] < a[:, 3])
-            & (a[:, 4] < blk.kcols[1])
-            & (blk.kcols[0] < a[:, 5])
+        rows = (blk.row_base + blk.krows[0], blk.row_base + blk.krows[1])
+        by_value[vid].append(
+            GatherRequest(blk.tile, blk.ref, blk.storage_cols * eb, rows, blk.kcols)
         )
-        for i in np.flatnonzero(hit):
-            sh = shards[int(i)]
-            rlo, rhi = max(sh.rows[0], blk.krows[0]), min(sh.rows[1], blk.krows[1])
-            clo, chi = max(sh.cols[0], blk.kcols[0]), min(sh.cols[1], blk.kcols[1])
-            nbytes = -(-((chi - clo) * eb) // 4) * 4
-            slot = blk.vbatch - sh.batches[0]
-            dst_stride = blk.storage_cols * eb
-            for r in range(rlo, rhi):
-                src = sh.ref.at(
-                    slot * sh.slot_stride
-                    + (r - sh.rows[0]) * sh.row_stride
-                    + (clo - sh.cols[0]) * eb
-                )
-                dst = blk.ref.at((r - blk.krows[0]) * dst_stride + (clo - blk.kcols[0]) * eb)
-                if sh.tile == blk.tile:
-                    copies.append(CopyCall(blk.tile, dst, src, nbytes))
-                else:
-                    by_source[(sh.tile, src.buffer, src.offset, nbytes)].append((blk.tile, dst))
-    transfers = [
-        LogicalTransfer(tile, Ref(buf, off), tuple(dests), nbytes // 4)
-        for (tile, buf, off, nbytes), dests in by_source.items()
-    ]
+    copies: list[KernelCall] = []
+    transfers: list[LogicalTransfer] = []
+    for vid, requests in by_value.items():
+        c, t = gather(requests, ShardIndex(value_shards[vid]), eb, what)
+        copies += c
+        transfers += t
     return fills, (copies, transfers)
 
 
 def _reduce(
     groups: list[list[tuple[int, Ref, int, int, int, tuple[int, int], tuple[int, int]]]],
     pk: int,
+    m_rows: int,
     n: int,
     precision: Precision,
     builder: ProgramBuilder,
@@ -426,17 +406,17 @@ def _reduce(
                         precision,
                     )
                 )
-            shards.append(
-                Shard(
-                    tile,
-                    out_ref.at(lo * row_bytes),
-                    tuple(range(b0, b1)),
-                    (r0 + lo, r0 + hi),
-                    (c0, min(n, c0 + cpad)),
-                    row_bytes,
-                    out_stride,
+            for j in range(b1 - b0):
+                b = b0 + j
+                shards.append(
+                    Shard(
+                        tile,
+                        out_ref.at(j * out_stride + lo * row_bytes),
+                        (b * m_rows + r0 + lo, b * m_rows + r0 + hi),
+                        (c0, min(n, c0 + cpad)),
+                        row_bytes,
+                    )
                 )
-            )
     builder.exchange(f"{name} reduction", transfers)
     builder.compute(adds)
     return shards

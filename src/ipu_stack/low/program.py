@@ -85,7 +85,40 @@ class FillCall:
     size: int
 
 
-KernelCall = GemmCall | AddCall | CopyCall | FillCall
+@dataclass(frozen=True, slots=True)
+class View:
+    """A 2-D strided operand: ``rows x cols`` elements, rows ``stride`` bytes apart.
+
+    Padding bytes between ``cols`` and ``stride`` belong to the operand: outputs write them
+    as zeros, so padded storage is always clean.
+    """
+
+    ref: Ref
+    rows: int
+    cols: int
+    stride: int
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class MapCall:
+    """A non-GEMM tile kernel (elementwise, row-wise or attention) on 2-D views.
+
+    Inputs broadcast like NumPy against the output (a 1-row view is a row vector, a 1-column
+    view a per-row scalar). ``attrs`` carry kernel options (epsilon, causal, scale, ...).
+    """
+
+    tile: int
+    kind: str
+    out: View
+    inputs: tuple[View, ...]
+    attrs: tuple[tuple[str, float | int | bool | str], ...] = ()
+
+    def attr(self, key: str) -> float | int | bool | str:
+        return dict(self.attrs)[key]
+
+
+KernelCall = GemmCall | AddCall | CopyCall | FillCall | MapCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,19 +149,17 @@ Step = ComputeStep | ExchangeStep
 class Shard:
     """Part of a value held on one tile.
 
-    The shard holds value elements ``[batches[j], rows[0]:rows[1], cols[0]:cols[1]]`` of the
-    value's canonical 3-D view ``[batch, rows, cols]``. Slot ``j`` starts at
-    ``ref.offset + j * slot_stride``; storage rows are value rows (or value columns when
-    ``transposed``), ``row_stride`` bytes apart, elements packed within a row.
+    Coordinates are those of the value's flat-row view ``[N, C]`` (``C`` the last axis, ``N``
+    the product of the others). The shard holds rows ``rows[0]:rows[1]`` and columns
+    ``cols[0]:cols[1]``; storage rows are value rows (or value columns when ``transposed``),
+    ``row_stride`` bytes apart, elements packed within a storage row.
     """
 
     tile: int
     ref: Ref
-    batches: tuple[int, ...]
     rows: tuple[int, int]
     cols: tuple[int, int]
     row_stride: int
-    slot_stride: int
     transposed: bool = False
 
 

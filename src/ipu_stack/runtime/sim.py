@@ -156,54 +156,44 @@ class SimDevice:
 
     # -- host access --------------------------------------------------------------------------
     def write_value(
-        self, mem: np.ndarray, placement: Placement, shards: tuple[Shard, ...], array3: np.ndarray
+        self, mem: np.ndarray, placement: Placement, shards: tuple[Shard, ...], array2: np.ndarray
     ) -> None:
-        eb = array3.dtype.itemsize
+        """Host writes: each shard's region of the flat-row view ``array2`` ([N, C])."""
+        eb = array2.dtype.itemsize
         for sh in shards:
-            for j, b in enumerate(sh.batches):
-                block = array3[b, sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
-                if sh.transposed:
-                    block = block.T
-                block = np.ascontiguousarray(block)
-                nrows, ncols = block.shape
-                off = self._span(
-                    placement,
-                    sh.tile,
-                    sh.ref.at(j * sh.slot_stride),
-                    (nrows - 1) * sh.row_stride + ncols * eb,
-                    0,
-                    4,
-                    "host write",
-                )
-                dest = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
-                dest[...] = block.view(np.uint8).reshape(nrows, ncols * eb).view(dest.dtype)
+            block = array2[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
+            if sh.transposed:
+                block = block.T
+            block = np.ascontiguousarray(block)
+            nrows, ncols = block.shape
+            off = self._span(
+                placement, sh.tile, sh.ref, (nrows - 1) * sh.row_stride + ncols * eb, 0, 4,
+                "host write",
+            )
+            dest = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
+            dest[...] = block.view(np.uint8).reshape(nrows, ncols * eb).view(dest.dtype)
 
     def read_value(
         self,
         mem: np.ndarray,
         placement: Placement,
         shards: tuple[Shard, ...],
-        shape3: tuple[int, int, int],
+        shape2: tuple[int, int],
         dtype: np.dtype,
     ) -> np.ndarray:
-        out = np.full(shape3, np.nan, dtype=dtype)
+        """Host reads: the flat-row view ``[N, C]`` of a value from its shards."""
+        out = np.full(shape2, np.nan, dtype=dtype)
         eb = dtype.itemsize
         for sh in shards:
-            for j, b in enumerate(sh.batches):
-                nrows, ncols = sh.rows[1] - sh.rows[0], sh.cols[1] - sh.cols[0]
-                off = self._span(
-                    placement,
-                    sh.tile,
-                    sh.ref.at(j * sh.slot_stride),
-                    (nrows - 1) * sh.row_stride + ncols * eb,
-                    None,
-                    4,
-                    "host read",
-                )
-                rows = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
-                out[b, sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]] = (
-                    np.ascontiguousarray(rows).view(np.uint8).view(dtype).reshape(nrows, ncols)
-                )
+            nrows, ncols = sh.rows[1] - sh.rows[0], sh.cols[1] - sh.cols[0]
+            off = self._span(
+                placement, sh.tile, sh.ref, (nrows - 1) * sh.row_stride + ncols * eb, None, 4,
+                "host read",
+            )
+            rows = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
+            out[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]] = (
+                np.ascontiguousarray(rows).view(np.uint8).view(dtype).reshape(nrows, ncols)
+            )
         return out
 
     # -- execution ----------------------------------------------------------------------------
@@ -240,7 +230,7 @@ class SimDevice:
                     f"got {tuple(array.shape)}"
                 )
             dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
-            self.write_value(mem, placement, binding.shards, _as3d(array.astype(dtype)))
+            self.write_value(mem, placement, binding.shards, _as2d(array.astype(dtype)))
         clock = np.zeros(program.tile_count, dtype=np.int64)
         step_cycles = []
         for index, step in enumerate(program.steps):
@@ -257,8 +247,8 @@ class SimDevice:
             if binding.role != "output":
                 continue
             dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
-            shape3 = _shape3(binding.shape)
-            value = self.read_value(mem, placement, binding.shards, shape3, dtype)
+            shape2 = _shape2(binding.shape)
+            value = self.read_value(mem, placement, binding.shards, shape2, dtype)
             if np.isnan(value).any() and not np.isnan(value).all():
                 missing = int(np.isnan(value).sum())
                 raise SimulationError(f"output {binding.name!r}: {missing} elements never written")
@@ -436,10 +426,10 @@ def _strided_rows(
     )
 
 
-def _as3d(array: np.ndarray) -> np.ndarray:
-    return array.reshape(_shape3(array.shape))
+def _as2d(array: np.ndarray) -> np.ndarray:
+    return array.reshape(_shape2(array.shape))
 
 
-def _shape3(shape: tuple[int, ...]) -> tuple[int, int, int]:
-    batch = int(np.prod(shape[:-2], dtype=np.int64)) if len(shape) > 2 else 1
-    return (batch, shape[-2], shape[-1])
+def _shape2(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The flat-row view [N, C] of a shape."""
+    return (int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1, shape[-1])
