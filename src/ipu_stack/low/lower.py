@@ -7,15 +7,28 @@ from collections import defaultdict
 import numpy as np
 
 from ipu_stack.errors import GraphError
-from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp
+from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value
+from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.lower_gemm import lower_gemm
-from ipu_stack.low.program import Binding, LowProgram, ProgramBuilder, Shard
+from ipu_stack.low.lower_ops import LOWERINGS, OpLowering
+from ipu_stack.low.program import (
+    Binding,
+    KernelCall,
+    LogicalTransfer,
+    LowProgram,
+    ProgramBuilder,
+    Shard,
+)
 from ipu_stack.mid.gemm_plan import GemmPlan, GemmProblem, enumerate_plans
+from ipu_stack.target.ipu21 import SYNC_CYCLES
 from ipu_stack.target.ipu21 import precision as lookup_precision
 
 
-def gemm_problem(graph: ComputeGraph, op: GemmOp) -> GemmProblem:
-    """The planner's view of one gemm."""
+def gemm_problem(
+    graph: ComputeGraph, op: GemmOp, homed: set[int] | frozenset[int] = frozenset()
+) -> GemmProblem:
+    """The planner's view of one gemm; host inputs already placed by an earlier consumer
+    count as produced on chip (they are moved, not delivered again)."""
     left, right, out = graph.value(op.left), graph.value(op.right), graph.value(op.output)
     out_batch = int(np.prod(out.shape[:-2], dtype=np.int64)) if out.shape[:-2] else 1
     m, n = out.shape[-2:]
@@ -25,22 +38,36 @@ def gemm_problem(graph: ComputeGraph, op: GemmOp) -> GemmProblem:
         own = int(np.prod(v_shape[:-2], dtype=np.int64)) if v_shape[:-2] else 1
         return own > 1 or out_batch == 1
 
+    def kind(v: Value) -> str:
+        return "operation" if v.kind == "host_input" and v.id in homed else v.kind
+
     return GemmProblem(
         batch=out_batch,
         m=m,
         k=k,
         n=n,
         precision=lookup_precision(left.dtype),
-        left_kind=left.kind,
-        right_kind=right.kind,
+        left_kind=kind(left),
+        right_kind=kind(right),
         left_batched=batched(left.shape),
         right_batched=batched(right.shape),
     )
 
 
+def gemm_problems(graph: ComputeGraph) -> dict[int, GemmProblem]:
+    """The problem of every gemm, in program order (which host inputs are already homed)."""
+    homed: set[int] = set()
+    problems = {}
+    for op in graph.operations:
+        if op.kind == "gemm":
+            problems[op.id] = gemm_problem(graph, op, homed)
+        homed.update(i for i in op.inputs if graph.value(i).kind == "host_input")
+    return problems
+
+
 def plan_graph(graph: ComputeGraph, tiles: int) -> dict[int, list[GemmPlan]]:
-    """Ranked plans for every operation (cheapest first)."""
-    return {op.id: enumerate_plans(gemm_problem(graph, op), tiles) for op in graph.operations}
+    """Ranked plans for every gemm (cheapest first)."""
+    return {op_id: enumerate_plans(p, tiles) for op_id, p in gemm_problems(graph).items()}
 
 
 def lower_program(graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: int) -> LowProgram:
@@ -58,17 +85,29 @@ def lower_program(graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: i
     builder = ProgramBuilder()
     host_shards: dict[int, list[Shard]] = defaultdict(list)
     value_shards: dict[int, list[Shard]] = {}
+    ctx = OpLowering(graph, builder, tile_count, value_shards, host_shards)
+    estimates: dict[str, int] = {}
     for op in graph.operations:
-        precision = lookup_precision(graph.value(op.left).dtype)
-        value_shards[op.output] = lower_gemm(
-            graph, op, plans[op.id], precision, builder, host_shards, value_shards
-        )
+        if op.kind == "gemm":
+            precision = lookup_precision(graph.value(op.left).dtype)
+            value_shards[op.output] = lower_gemm(
+                graph, op, plans[op.id], precision, builder, host_shards, value_shards
+            )
+            for vid in op.inputs:  # host inputs this gemm delivered are homed there now
+                if graph.value(vid).kind == "host_input" and vid not in value_shards:
+                    value_shards[vid] = list(host_shards[vid])
+            estimates[op.name] = plans[op.id].estimated_cycles
+        elif op.kind in LOWERINGS:
+            value_shards[op.output] = LOWERINGS[op.kind](ctx, op)
+            estimates[op.name] = step_estimate(*ctx.costs[op.name])
+        else:
+            raise GraphError(f"{op.name}: operation kind {op.kind!r} cannot be lowered yet")
     bindings = []
     for v in graph.values:
         if v.kind in ("host_input", "parameter"):
             if not graph.consumers(v.id) and v.id not in graph.outputs:
                 continue
-            if v.id in graph.outputs and not graph.consumers(v.id):
+            if v.id in graph.outputs and v.id not in value_shards:
                 raise GraphError(f"output {v.name!r} is a {v.kind} that no operation uses")
             bindings.append(Binding(v.name, v.kind, v.dtype, v.shape, tuple(host_shards[v.id])))
     outputs = []
@@ -94,13 +133,36 @@ def lower_program(graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: i
     used = max((b.tile for b in buffers), default=-1) + 1
     if used > tile_count:  # pragma: no cover - the planner never exceeds the budget
         raise AssertionError(f"program uses {used} tiles, budget {tile_count}")
-    chosen = [plans[op.id] for op in graph.operations]
+    chosen = [plans[op.id] for op in graph.operations if op.kind == "gemm"]
     return LowProgram(
         tile_count=used,
         buffers=buffers,
         steps=builder.steps,
         bindings=bindings + outputs,
-        estimated_cycles=sum(p.estimated_cycles for p in chosen),
+        estimated_cycles=sum(estimates.values()),
         estimated_exchange_cycles=sum(p.exchange_cycles for p in chosen),
-        plans={op.name: plans[op.id].describe() for op in graph.operations},
+        plans={op.name: plans[op.id].describe() for op in graph.operations if op.kind == "gemm"},
     )
+
+
+def step_estimate(
+    before: list[KernelCall], transfers: list[LogicalTransfer], after: list[KernelCall]
+) -> int:
+    """Busiest-tile cycles of an operation's local work, exchange (endpoint words + sync)."""
+
+    def busiest(calls: list[KernelCall]) -> int:
+        per_tile: dict[int, int] = defaultdict(int)
+        for call in calls:
+            per_tile[call.tile] += call_cycles(call)
+        return max(per_tile.values(), default=0)
+
+    exchange = 0
+    if transfers:
+        sent: dict[int, int] = defaultdict(int)
+        received: dict[int, int] = defaultdict(int)
+        for t in transfers:
+            sent[t.source_tile] += t.words
+            for tile, _ in t.destinations:
+                received[tile] += t.words
+        exchange = SYNC_CYCLES + max(max(sent.values()), max(received.values()))
+    return busiest(before) + exchange + busiest(after)

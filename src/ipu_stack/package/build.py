@@ -121,7 +121,8 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
                 reason=str(err).splitlines()[0],
             )
     for op in graph.operations:
-        trace.event("selected gemm plan", operation=op.name, **_flat(program.plans[op.name]))
+        if op.name in program.plans:
+            trace.event("selected gemm plan", operation=op.name, **_flat(program.plans[op.name]))
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
     with trace.phase("schedule_exchange"):
         for index, step in enumerate(program.steps):

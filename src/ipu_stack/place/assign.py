@@ -13,7 +13,7 @@ import numpy as np
 
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.model import ExchangePhase, Transfer
-from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram, Ref
+from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram, Ref, View
 from ipu_stack.place.sram import BufferRequest, Region, allocate_tile, region_peaks
 from ipu_stack.target.ipu21 import TILES
 from ipu_stack.target.topology import logical_to_physical
@@ -52,10 +52,12 @@ def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, in
             for call in step.calls:
                 for field_name in ("out", "left", "right", "dst", "src"):
                     ref = getattr(call, field_name, None)
+                    if isinstance(ref, View):
+                        ref = ref.ref
                     if isinstance(ref, Ref):
                         touch(call.tile, ref, i)
                 for ref in getattr(call, "inputs", ()):
-                    touch(call.tile, ref, i)
+                    touch(call.tile, ref.ref if isinstance(ref, View) else ref, i)
         else:
             for t in step.transfers:
                 touch(t.source_tile, t.source, i)

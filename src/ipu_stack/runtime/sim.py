@@ -31,6 +31,7 @@ import numpy as np
 from ipu_stack.errors import SimulationError
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.low.costs import add_call_cycles, copy_call_cycles, map_call_cycles
 from ipu_stack.low.program import (
     AddCall,
     ComputeStep,
@@ -39,8 +40,10 @@ from ipu_stack.low.program import (
     GemmCall,
     KernelCall,
     LowProgram,
+    MapCall,
     Ref,
     Shard,
+    View,
 )
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
@@ -55,10 +58,10 @@ def call_cycles(call: KernelCall) -> int:
     if isinstance(call, GemmCall):
         return gemm_kernel_cycles(call.rows, call.k, call.c, call.precision, call.weights) + launch
     if isinstance(call, AddCall):
-        work = ipu21.ADD_CYCLES_PER_ELEMENT * len(call.inputs) * call.elements
-        return int(np.ceil(ipu21.ADD_FIXED_CYCLES + work)) + launch
-    size = call.size
-    return -(-size // ipu21.LOCAL_COPY_BYTES_PER_CYCLE) + ipu21.LOCAL_COPY_CALL_CYCLES
+        return add_call_cycles(call)
+    if isinstance(call, MapCall):
+        return map_call_cycles(call)
+    return copy_call_cycles(call)
 
 
 @dataclass(slots=True)
@@ -291,8 +294,37 @@ class SimDevice:
             )
         gemms.clear()
 
+    def _read_view(self, mem: np.ndarray, placement: Placement, tile: int, view: View,
+                   step: int, what: str) -> np.ndarray:
+        dtype = np.dtype(ipu21.precision(view.dtype).numpy_name)
+        row_bytes = view.cols * dtype.itemsize
+        off = self._span(placement, tile, view.ref, (view.rows - 1) * view.stride + row_bytes,
+                         step, 4, what)
+        rows = _strided_rows(mem[tile], off, view.rows, row_bytes, view.stride)
+        return np.ascontiguousarray(rows).view(np.uint8).view(dtype).reshape(view.rows, view.cols)
+
+    def _map(self, mem: np.ndarray, placement: Placement, call: MapCall, step: int) -> None:
+        t = call.tile
+        args = [
+            self._read_view(mem, placement, t, v, step, f"{call.kind} input {i}")
+            for i, v in enumerate(call.inputs)
+        ]
+        result = map_semantics(call, args)
+        out = call.out
+        dtype = np.dtype(ipu21.precision(out.dtype).numpy_name)
+        off = self._span(placement, t, out.ref, out.rows * out.stride, step, 8,
+                         f"{call.kind} output")
+        padded = np.zeros((out.rows, out.stride), dtype=np.uint8)  # pads are written as zeros
+        padded[:, : out.cols * dtype.itemsize] = (
+            result.astype(dtype).reshape(out.rows, out.cols).view(np.uint8)
+        )
+        mem[t, off : off + out.rows * out.stride] = padded.reshape(-1)
+
     def _simple(self, mem: np.ndarray, placement: Placement, call: KernelCall, step: int) -> None:
         t = call.tile
+        if isinstance(call, MapCall):
+            self._map(mem, placement, call, step)
+            return
         if isinstance(call, CopyCall):
             src = self._span(placement, t, call.src, call.size, step, 4, "copy source")
             dst = self._span(placement, t, call.dst, call.size, step, 4, "copy destination")
@@ -424,6 +456,39 @@ def _strided_rows(
     return np.lib.stride_tricks.as_strided(
         tile_mem[offset:], shape=(nrows, row_bytes), strides=(stride, 1)
     )
+
+
+def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
+    """NumPy semantics of the non-GEMM kernels: f32 arithmetic, rounded once on output."""
+    from scipy.special import erf
+
+    x = [a.astype(np.float32) for a in args]
+    if call.kind == "add":
+        return x[0] + x[1]
+    if call.kind == "mul":
+        return x[0] * x[1]
+    if call.kind == "cast":
+        return x[0]
+    if call.kind == "gelu":
+        return x[0] * 0.5 * (1.0 + erf(x[0] / np.float32(np.sqrt(2.0))))
+    if call.kind == "layer_norm":
+        mean = x[0].mean(axis=-1, keepdims=True)
+        var = ((x[0] - mean) ** 2).mean(axis=-1, keepdims=True)
+        eps = np.float32(call.attr("epsilon"))
+        return (x[0] - mean) / np.sqrt(var + eps) * x[1] + x[2]
+    if call.kind == "softmax":
+        e = np.exp(x[0] - x[0].max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    if call.kind == "attention":
+        q, k, v = x
+        s = (q @ k.T) * np.float32(call.attr("scale"))
+        if call.attr("causal"):
+            q0, tq = int(call.attr("q_offset")), int(call.attr("q_total"))
+            qi = np.arange(q0, q0 + q.shape[0])[:, None] + (k.shape[0] - tq)
+            s = np.where(np.arange(k.shape[0])[None, :] > qi, -np.inf, s)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)) @ v
+    raise SimulationError(f"no semantics for kernel kind {call.kind!r}")
 
 
 def _as2d(array: np.ndarray) -> np.ndarray:

@@ -1,0 +1,51 @@
+"""Cycles of the non-GEMM kernel calls, shared by the simulator and the estimates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
+from ipu_stack.target import ipu21
+from ipu_stack.target.gemm_cycles import gemm_kernel_cycles
+from ipu_stack.target.op_cycles import attention_cycles, elementwise_cycles, row_kernel_cycles
+
+
+def copy_call_cycles(call: CopyCall | FillCall) -> int:
+    """Local copy or zero fill: 8 bytes per cycle plus the per-call cost (facts §12.1)."""
+    return -(-call.size // ipu21.LOCAL_COPY_BYTES_PER_CYCLE) + ipu21.LOCAL_COPY_CALL_CYCLES
+
+
+def add_call_cycles(call: AddCall) -> int:
+    work = ipu21.ADD_CYCLES_PER_ELEMENT * len(call.inputs) * call.elements
+    return int(np.ceil(ipu21.ADD_FIXED_CYCLES + work)) + ipu21.KERNEL_LAUNCH_CYCLES
+
+
+def map_call_cycles(call: MapCall) -> int:
+    """Cycles of one elementwise, row-wise or attention call, launch included."""
+    out = call.out
+    elements = out.rows * out.cols
+    launch = ipu21.KERNEL_LAUNCH_CYCLES
+    if call.kind in ("layer_norm", "softmax"):
+        return row_kernel_cycles(call.kind, out.rows, out.cols) + launch
+    if call.kind == "attention":
+        q, k, v = call.inputs
+        rate = ipu21.precision(q.dtype).amp_macs_per_cycle
+        return attention_cycles(q.rows, k.rows, q.cols, v.cols, rate) + launch
+    if call.kind == "cast":
+        src = call.inputs[0]
+        in_bytes = elements * ipu21.precision(src.dtype).element_bytes
+        out_bytes = elements * ipu21.precision(out.dtype).element_bytes
+        return elementwise_cycles("cast", elements, in_bytes, out_bytes) + launch
+    return elementwise_cycles(call.kind, elements) + launch
+
+
+def call_cycles(call: KernelCall) -> int:
+    """Cycles of any kernel call, launch included (the target formulas)."""
+    if isinstance(call, GemmCall):
+        cycles = gemm_kernel_cycles(call.rows, call.k, call.c, call.precision, call.weights)
+        return cycles + ipu21.KERNEL_LAUNCH_CYCLES
+    if isinstance(call, AddCall):
+        return add_call_cycles(call)
+    if isinstance(call, MapCall):
+        return map_call_cycles(call)
+    return copy_call_cycles(call)
