@@ -1,119 +1,370 @@
-"""Lower bounds on the horizon of an exchange phase (latency ignored).
+"""Lower bounds on the horizon of an exchange phase under an :class:`ExchangeModel`.
 
-See `shared/docs/exchange-scheduling.md` §3.1. Comparing a schedule's horizon with the strongest
-bound tells whether to improve the scheduler (a gap) or the mapping and layout (tight bound).
+See `shared/docs/exchange-scheduling.md` §3.1. Every bound here is a true lower bound under the
+same rules the schedulers and the verifier use (latency included), so ``horizon / bound`` is an
+honest optimality gap. Comparing a schedule with the strongest bound tells whether to improve
+the scheduler (a gap) or the mapping and layout (a tight bound).
+
+Bounds (names as reported in ``tight_bound``):
+
+- ``endpoint``: the busiest send or receive port, in cycles, counting 64-bit items for paired
+  transfers and the reserved source partner.
+- ``latency-endpoint``: each port (and each hazard-shared SRAM element) as a single machine with
+  release times (latency, dependency heads) and tails (latency to the slowest destination,
+  dependency chains after it), solved exactly for preemption by Jackson's rule.
+- ``dependency-chain``: the longest memory-dependency path, with latency.
+- ``conflict-clique``: a set of transfers that pairwise share a resource must run in some order,
+  each pair separated by at least its duration corrected by the latency difference on the
+  shared resource; the cheapest order is bounded below by an assignment relaxation (or found
+  exactly for small sets).
+- ``sram-element``: the busiest hazard-shared SRAM element.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import heapq
 
-from ipu_stack.exchange.model import ExchangePhase, PhaseArrays, phase_arrays
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import linear_sum_assignment
+
+from ipu_stack.exchange.constraints import ELEMENT, ResourceProblem, compile_phase
+from ipu_stack.exchange.model import IPU21_MODEL, ExchangeModel, ExchangePhase
+
+IntArray = npt.NDArray[np.int64]
 
 ENDPOINT = "endpoint"
+LATENCY_ENDPOINT = "latency-endpoint"
+DEPENDENCY_CHAIN = "dependency-chain"
 CONFLICT_CLIQUE = "conflict-clique"
+SRAM_ELEMENT = "sram-element"
+#: Order of preference when bounds tie: the simplest explanation wins.
+BOUND_NAMES = (ENDPOINT, SRAM_ELEMENT, DEPENDENCY_CHAIN, LATENCY_ENDPOINT, CONFLICT_CLIQUE)
+#: Cliques up to this size get the exact best order (Held-Karp), larger ones the relaxation.
+EXACT_ORDER_LIMIT = 7
 
 
-def endpoint_lower_bound(phase: ExchangePhase) -> int:
-    """The port bound: the largest number of words any tile must send or receive.
-
-    Every port moves one word per cycle, so no schedule can be shorter.
-
-    Args:
-        phase: the phase.
-
-    Returns:
-        ``max`` over tiles of ``max(words sent, words received)``; 0 for an empty phase.
-    """
-    if not phase.transfers:
-        return 0
-    return _endpoint_bound(phase_arrays(phase), phase.tile_count)
-
-
-def _endpoint_bound(arrays: PhaseArrays, tile_count: int) -> int:
-    sent = np.bincount(arrays.sources, weights=arrays.words, minlength=tile_count)
-    received = np.bincount(
-        arrays.destination_tiles,
-        weights=arrays.words[arrays.destination_transfers],
-        minlength=tile_count,
-    )
-    return int(max(sent.max(), received.max()))
-
-
-def conflict_lower_bound(
-    phase: ExchangePhase, max_seeds: int = 32, max_candidates: int = 2048
-) -> int:
-    """The conflict-clique bound: total words of a set of pairwise port-sharing transfers.
-
-    Transfers that pairwise share a port (a send port, or a receive port) can never overlap in
-    time, so their words add up. The transfers on one port form such a clique, which gives the
-    endpoint bound; multicast can give larger cliques (e.g. an all-gather among ``g >= 3``
-    tiles: all ``g`` multicasts pairwise share a receiver, bound ``g * chunk`` against the
-    endpoint bound ``(g - 1) * chunk``). For unicast-only phases the conflict graph is the line
-    graph of a bipartite graph, whose cliques are stars, so the bound equals the endpoint bound
-    and the search is skipped.
-
-    The clique search is a bounded greedy (the exact problem is NP-hard): seeds are the
-    transfers on the heaviest ports, extended by heaviest-first candidates that conflict with
-    every member. Any clique found is a valid bound, so the result is always sound.
+def endpoint_lower_bound(phase: ExchangePhase, model: ExchangeModel = IPU21_MODEL) -> int:
+    """The port bound: the most cycles any send or receive port must be busy.
 
     Args:
         phase: the phase.
-        max_seeds: number of heaviest ports whose transfer sets seed the greedy.
-        max_candidates: candidates examined per seed.
+        model: the rules (paired widths and full duplex change port loads).
 
     Returns:
-        The bound in cycles, at least the endpoint bound.
+        The bound in cycles; 0 for an empty phase.
     """
     if not phase.transfers:
         return 0
-    arrays = phase_arrays(phase)
-    endpoint = _endpoint_bound(arrays, phase.tile_count)
-    if int(arrays.fanouts.max()) <= 1:
-        return endpoint
-    tile_count = phase.tile_count
-    # Port ids: send port of tile t is t, receive port of tile t is tile_count + t.
-    ports: list[frozenset[int]] = []
-    port_transfers: dict[int, list[int]] = {}
-    for index, transfer in enumerate(phase.transfers):
-        members = [transfer.source] + [tile_count + tile for tile, _ in transfer.destinations]
-        ports.append(frozenset(members))
-        for port in members:
-            port_transfers.setdefault(port, []).append(index)
-    words = arrays.words
-    load = {port: int(words[indices].sum()) for port, indices in port_transfers.items()}
-    seed_ports = sorted(load, key=lambda port: (-load[port], port))[:max_seeds]
-    best = endpoint
-    for seed_port in seed_ports:
-        clique = list(port_transfers[seed_port])
-        total = load[seed_port]
-        anchor = ports[clique[0]]
-        in_clique = set(clique)
-        candidates = {
-            other for port in anchor for other in port_transfers[port] if other not in in_clique
-        }
-        ordered = sorted(candidates, key=lambda i: (-int(words[i]), i))[:max_candidates]
-        for candidate in ordered:
-            candidate_ports = ports[candidate]
-            if all(not candidate_ports.isdisjoint(ports[member]) for member in clique):
-                clique.append(candidate)
-                total += int(words[candidate])
-        best = max(best, total)
-    return best
+    return _port_bound(compile_phase(phase, model))
 
 
-def strongest_lower_bound(phase: ExchangePhase) -> tuple[int, str]:
+def strongest_lower_bound(
+    phase: ExchangePhase, model: ExchangeModel = IPU21_MODEL
+) -> tuple[int, str]:
     """The strongest available lower bound and the name of the bound that attains it.
 
     Args:
-        phase: the phase.
+        phase: the phase (validated first).
+        model: the rules.
 
     Returns:
-        ``(value, name)`` where name is ``"endpoint"`` or ``"conflict-clique"``; the endpoint
-        bound wins ties.
+        ``(value, name)``; ties go to the first name in :data:`BOUND_NAMES`.
     """
-    endpoint = endpoint_lower_bound(phase)
-    clique = conflict_lower_bound(phase)
-    if clique > endpoint:
-        return clique, CONFLICT_CLIQUE
-    return endpoint, ENDPOINT
+    phase.validate()
+    if not phase.transfers:
+        return 0, ENDPOINT
+    return strongest(lower_bounds(compile_phase(phase, model)))
+
+
+def conflict_lower_bound(phase: ExchangePhase, model: ExchangeModel = IPU21_MODEL) -> int:
+    """The conflict-clique bound of a phase (at least the endpoint bound).
+
+    Args:
+        phase: the phase.
+        model: the rules.
+
+    Returns:
+        The bound in cycles.
+    """
+    if not phase.transfers:
+        return 0
+    problem = compile_phase(phase, model)
+    return max(_port_bound(problem), clique_bound(problem))
+
+
+def strongest(bounds: dict[str, int]) -> tuple[int, str]:
+    """The largest of named bounds, ties broken by :data:`BOUND_NAMES` order."""
+    best = max(bounds.values())
+    name = next(name for name in BOUND_NAMES if bounds.get(name) == best)
+    return best, name
+
+
+def lower_bounds(problem: ResourceProblem) -> dict[str, int]:
+    """Every bound of a compiled phase, by name.
+
+    Args:
+        problem: the compiled phase.
+
+    Returns:
+        ``{name: cycles}`` for every name in :data:`BOUND_NAMES`.
+    """
+    if problem.count == 0:
+        return dict.fromkeys(BOUND_NAMES, 0)
+    heads = problem.heads()
+    tails = problem.tails()
+    load = _resource_loads(problem)
+    element = problem.resource_kinds == ELEMENT
+    bounds = {
+        ENDPOINT: int(load[~element].max(initial=0)),
+        SRAM_ELEMENT: int(load[element].max(initial=0)),
+        DEPENDENCY_CHAIN: int((heads + tails).max()),
+    }
+    floor = max(bounds.values())
+    bounds[LATENCY_ENDPOINT] = max(floor, jackson_bound(problem, heads, tails, floor))
+    bounds[CONFLICT_CLIQUE] = max(bounds[ENDPOINT], clique_bound(problem, heads, tails))
+    return bounds
+
+
+def _resource_loads(problem: ResourceProblem) -> IntArray:
+    weights = problem.durations[problem.use_transfers]
+    return np.bincount(
+        problem.use_resources, weights=weights, minlength=problem.resource_count
+    ).astype(np.int64)
+
+
+def _port_bound(problem: ResourceProblem) -> int:
+    load = _resource_loads(problem)
+    return int(load[problem.resource_kinds != ELEMENT].max(initial=0))
+
+
+def jackson_bound(
+    problem: ResourceProblem, heads: IntArray, tails: IntArray, floor: int = 0
+) -> int:
+    """Best single-resource bound with release times and tails (preemptive relaxation).
+
+    On resource ``r`` the use of transfer ``i`` is released at ``head_i + offset`` and must be
+    followed by ``tail_i - offset - duration`` cycles before the horizon. Jackson's preemptive
+    rule (largest tail first) gives the optimal makespan of that one-machine relaxation.
+
+    Args:
+        problem: the compiled phase.
+        heads: earliest starts (see :meth:`ResourceProblem.heads`).
+        tails: start-to-horizon minima (see :meth:`ResourceProblem.tails`).
+        floor: resources that cannot beat this value are skipped.
+
+    Returns:
+        The best bound found (0 if no resource beats ``floor``).
+    """
+    transfers = problem.use_transfers
+    release = heads[transfers] + problem.use_offsets
+    duration = problem.durations[transfers]
+    tail = tails[transfers] - problem.use_offsets - duration
+    resources = problem.use_resources
+    size = problem.resource_count
+    load = np.bincount(resources, weights=duration, minlength=size)
+    most = np.full(size, -(2**62), dtype=np.int64)
+    np.maximum.at(most, resources, release)
+    best_tail = np.full(size, -(2**62), dtype=np.int64)
+    np.maximum.at(best_tail, resources, tail)
+    optimistic = load + most + best_tail
+    candidates = np.flatnonzero(optimistic > floor)
+    if candidates.size == 0:
+        return 0
+    order = np.argsort(resources, kind="stable")
+    bounds_of = np.searchsorted(resources[order], np.arange(size + 1))
+    best = 0
+    for resource in candidates[np.argsort(-optimistic[candidates])].tolist():
+        if optimistic[resource] <= max(best, floor):
+            break
+        rows = order[bounds_of[resource] : bounds_of[resource + 1]]
+        best = max(
+            best,
+            _jackson(release[rows].tolist(), duration[rows].tolist(), tail[rows].tolist()),
+        )
+    return best
+
+
+def _jackson(release: list[int], duration: list[int], tail: list[int]) -> int:
+    """Optimal ``max(C_j + q_j)`` on one machine with preemption (Jackson's rule)."""
+    jobs = sorted(zip(release, duration, tail, strict=True))
+    ready: list[tuple[int, int]] = []  # (-tail, remaining)
+    time = jobs[0][0]
+    best = 0
+    k = 0
+    n = len(jobs)
+    while k < n or ready:
+        if not ready and time < jobs[k][0]:
+            time = jobs[k][0]
+        while k < n and jobs[k][0] <= time:
+            heapq.heappush(ready, (-jobs[k][2], jobs[k][1]))
+            k += 1
+        negative_tail, remaining = heapq.heappop(ready)
+        next_release = jobs[k][0] if k < n else None
+        if next_release is not None and time + remaining > next_release:
+            heapq.heappush(ready, (negative_tail, remaining - (next_release - time)))
+            time = next_release
+        else:
+            time += remaining
+            best = max(best, time - negative_tail)
+    return best
+
+
+def clique_bound(
+    problem: ResourceProblem,
+    heads: IntArray | None = None,
+    tails: IntArray | None = None,
+    max_seeds: int = 48,
+    max_candidates: int = 512,
+) -> int:
+    """The conflict-clique bound (0 when no clique beats a single resource).
+
+    Cliques are grown greedily from the transfers of the busiest resources (the exact maximum
+    clique is NP-hard; any clique gives a sound bound). For unicast-only phases without
+    paired widths or SRAM resources the conflict graph's cliques are single ports, so the
+    search is skipped.
+
+    Args:
+        problem: the compiled phase.
+        heads: earliest starts (computed when omitted).
+        tails: start-to-horizon minima (computed when omitted).
+        max_seeds: number of busiest resources whose transfer sets seed the greedy.
+        max_candidates: candidates examined per seed.
+
+    Returns:
+        The best clique bound found, in cycles.
+    """
+    if problem.count == 0:
+        return 0
+    uses_per_transfer = np.diff(problem.use_starts)
+    if int(uses_per_transfer.max()) <= 2:
+        return 0  # every transfer uses one send and one receive resource: cliques are stars
+    heads = problem.heads() if heads is None else heads
+    tails = problem.tails() if tails is None else tails
+    resources = problem.use_resources
+    order = np.argsort(resources, kind="stable")
+    bounds_of = np.searchsorted(resources[order], np.arange(problem.resource_count + 1))
+    load = _resource_loads(problem)
+    seeds = np.argsort(-load, kind="stable")[:max_seeds].tolist()
+    starts = problem.use_starts
+    resource_sets = [
+        frozenset(resources[starts[i] : starts[i + 1]].tolist()) for i in range(problem.count)
+    ]
+    durations = problem.durations
+    best = 0
+    seen: set[frozenset[int]] = set()
+    for seed in seeds:
+        members = problem.use_transfers[order[bounds_of[seed] : bounds_of[seed + 1]]].tolist()
+        if len(members) < 1:
+            continue
+        in_clique = set(members)
+        candidates: set[int] = set()
+        for resource in resource_sets[members[0]]:
+            rows = order[bounds_of[resource] : bounds_of[resource + 1]]
+            candidates.update(problem.use_transfers[rows].tolist())
+        candidates -= in_clique
+        ranked = sorted(candidates, key=lambda i: (-int(durations[i]), i))[:max_candidates]
+        for candidate in ranked:
+            mine = resource_sets[candidate]
+            if all(not mine.isdisjoint(resource_sets[m]) for m in members):
+                members.append(candidate)
+                in_clique.add(candidate)
+        key = frozenset(members)
+        if len(members) < 2 or key in seen:
+            continue
+        seen.add(key)
+        best = max(best, _ordered_clique_bound(problem, members, heads, tails))
+    return best
+
+
+def _separations(problem: ResourceProblem, members: list[int]) -> npt.NDArray[np.float64]:
+    """``S[i, j]``: least ``x_j - x_i`` when ``i`` goes first (NaN when no usable shared resource).
+
+    On a shared resource ``p`` the two windows are disjoint exactly when
+    ``x_j - x_i`` lies outside ``(-s_ji(p), s_ij(p))`` with ``s_ij(p) = D_i + o_ip - o_jp``.
+    The forbidden intervals that contain 0 unite to ``(-max s_ji, max s_ij)``, which splits the
+    pair's schedules into "i first" and "j first" (other resources only add constraints).
+    """
+    n = len(members)
+    starts = problem.use_starts
+    rows = [np.arange(starts[m], starts[m + 1]) for m in members]
+    all_resources = np.unique(np.concatenate([problem.use_resources[r] for r in rows]))
+    offsets = np.full((n, all_resources.size), np.nan)
+    for k, r in enumerate(rows):
+        offsets[k, np.searchsorted(all_resources, problem.use_resources[r])] = (
+            problem.use_offsets[r]
+        )
+    shared = (~np.isnan(offsets)).sum(axis=0) >= 2
+    offsets = offsets[:, shared]
+    duration = problem.durations[members].astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        s = duration[:, None, None] + offsets[:, None, :] - offsets[None, :, :]
+        valid = (s > 0) & (np.transpose(s, (1, 0, 2)) > 0)
+        s = np.where(valid, s, -np.inf)
+    best = s.max(axis=2, initial=-np.inf)
+    best[~np.isfinite(best)] = np.nan
+    np.fill_diagonal(best, np.nan)
+    return best
+
+
+def _ordered_clique_bound(
+    problem: ResourceProblem, members: list[int], heads: IntArray, tails: IntArray
+) -> int:
+    members = list(members)
+    while True:
+        separation = _separations(problem, members)
+        missing = np.isnan(separation)
+        np.fill_diagonal(missing, False)
+        if not missing.any():
+            break
+        # Drop the member with the most unusable pairs; a smaller clique is still sound.
+        members.pop(int(np.argmax(missing.sum(axis=0) + missing.sum(axis=1))))
+        if len(members) < 2:
+            return 0
+    head = heads[members].astype(np.float64)
+    tail = tails[members].astype(np.float64)
+    if len(members) <= EXACT_ORDER_LIMIT:
+        return int(np.ceil(_best_path(separation, head, tail) - 1e-9))
+    return int(np.ceil(_assignment_bound(separation, head, tail) - 1e-9))
+
+
+def _best_path(
+    separation: npt.NDArray[np.float64],
+    head: npt.NDArray[np.float64],
+    tail: npt.NDArray[np.float64],
+) -> float:
+    """Exact min over orders of ``head_first + sum of separations + tail_last`` (Held-Karp)."""
+    n = head.size
+    full = 1 << n
+    cost = np.full((full, n), np.inf)
+    for v in range(n):
+        cost[1 << v, v] = head[v]
+    weights = np.where(np.isnan(separation), np.inf, separation)
+    for mask in range(1, full):
+        row = cost[mask]
+        if not np.isfinite(row).any():
+            continue
+        for v in range(n):
+            if mask >> v & 1:
+                continue
+            candidate = np.min(row + weights[:, v])
+            target = mask | (1 << v)
+            if candidate < cost[target, v]:
+                cost[target, v] = candidate
+    return float(np.min(cost[full - 1] + tail))
+
+
+def _assignment_bound(
+    separation: npt.NDArray[np.float64],
+    head: npt.NDArray[np.float64],
+    tail: npt.NDArray[np.float64],
+) -> float:
+    """Assignment relaxation of the cheapest order (a Hamiltonian path closed by a dummy)."""
+    n = head.size
+    big = 1e12
+    cost = np.full((n + 1, n + 1), big)
+    cost[:n, :n] = np.where(np.isnan(separation), big, separation)
+    cost[n, :n] = head  # dummy -> first
+    cost[:n, n] = tail  # last -> dummy
+    rows, cols = linear_sum_assignment(cost)
+    return float(cost[rows, cols].sum())

@@ -1,33 +1,82 @@
-"""The exchange-phase model: transfers between tiles and their word-level schedules.
+"""The exchange-phase model: transfers between tiles, the constraints on them, and schedules.
 
-A phase is the set of transfers made between two syncs. Each tile has one send port and one
-receive port, each moving one 32-bit word per cycle (facts §7.5). A transfer sends ``words``
+A phase is the set of transfers made between two syncs. A transfer sends ``words`` 32-bit
 words from one source tile to one or more destination tiles (multicast: every destination's
-receive port listens to the source's send port in the same cycles, facts §7.4).
+receive mux listens to the source in the same cycles, shifted by its own latency, facts §7.4).
 
-A schedule cuts each transfer into pieces; a piece occupies its source's send port for
-``words`` consecutive cycles from ``send_cycle`` and each destination's receive port for the
-same number of cycles starting at ``send_cycle + latency(source, destination)``.
+**Ports.** Each tile has one send port and one receive port, each moving one 32-bit item per
+cycle (facts §7.5), independently of each other (full duplex).
 
-What this model does not express (yet): pair send buses, 64-bit paired receives, SRAM-element
-hazards, memory-order dependencies, and per-piece encoding overhead.
+**Widths.** ``"word32"`` moves one word per cycle. ``"paired64"`` moves one 64-bit item (two
+words) per cycle using the exchange lanes of both tiles of a physical pair (facts §7.4
+supertile send/receive, §8.5 paired plans [T]). Precisely, a ``paired64`` transfer:
+
+- has an even ``words`` and 8-byte-aligned source and destination addresses, and every piece of
+  it starts at an even word offset and has an even length (``sendpicp`` alignment, §8.5);
+- has destinations in complete physical pairs: tile ``d`` is a destination exactly when its
+  partner ``d ^ 2`` is (both tiles of each pair receive every word, at their own address);
+- takes ``words / 2`` cycles; for those cycles it occupies the source's send port, the send
+  *and* receive ports of the source's partner ``source ^ 2`` (the reserved partner, as the
+  reference implementation's ``PartnerBusy``, reference-system §2.6), and the receive port of
+  every destination;
+- reaches both tiles of a destination pair at the pair's paired latency (the slower of the two,
+  §8.4).
+
+**Latency.** Word ``k`` of a piece leaves the source at ``send_cycle + k`` and reaches
+destination ``d`` at ``send_cycle + latency(source, d) + k`` (items instead of words for
+``paired64``). ``"none"`` is 0 for every pair; ``"time_to_mux"`` is
+:func:`ipu_stack.target.topology.exchange_latency` (0..190 cycles).
+
+**Memory order.** Transfers are listed in program order. When two transfers touch overlapping
+bytes of one tile and at least one of them writes there (a receive), every access of the later
+transfer on that tile starts after every access of the earlier one on that tile has ended
+(send accesses occupy the send cycles, receive accesses the arrival cycles).
+
+**SRAM-element hazards.** A piece that a tile sends reads the SRAM elements its bytes lie in
+(16 KiB elements below the interleaved region, 32 KiB element pairs in it, facts §5.4 [T]); a
+piece it receives writes elements the same way. A send and a receive on one tile whose element
+sets intersect must not overlap in time (send cycles against arrival cycles).
+
+Each of latency, paired widths, memory order, SRAM hazards and full duplex can be switched off
+in :class:`ExchangeModel` so that tests can isolate one rule. (Multicast is part of what a
+transfer is; :func:`split_multicasts` rewrites a phase as unicasts to model its absence.)
+
+**Horizon.** The first cycle by which every word has been sent and received.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from ipu_stack.errors import ScheduleError
-from ipu_stack.target.ipu21 import TILES, WORD_BYTES
+from ipu_stack.target.ipu21 import (
+    ELEMENT_BYTES,
+    INTERLEAVED_BASE,
+    INTERLEAVED_ELEMENT_BYTES,
+    TILE_MEMORY_BASE,
+    TILE_MEMORY_END,
+    TILES,
+    WORD_BYTES,
+)
+from ipu_stack.target.topology import (
+    PAIR_PARTNER_BIT,
+    exchange_latency,
+    paired_exchange_latency,
+)
 
 IntArray = npt.NDArray[np.int64]
 
+WORD32 = "word32"
+PAIRED64 = "paired64"
+WIDTHS = (WORD32, PAIRED64)
+#: Bytes a ``paired64`` address must be a multiple of (facts §5.2, §8.5).
+PAIRED_ALIGNMENT = 8
+
 #: A vectorised latency model: ``(sources, destinations) -> cycles``, element by element.
-#: The arrival of word ``j`` of a piece at a destination is ``send_cycle + latency + j``.
 LatencyModel = Callable[[IntArray, IntArray], IntArray]
 
 
@@ -36,15 +85,27 @@ def zero_latency(sources: IntArray, destinations: IntArray) -> IntArray:
     return np.zeros(np.broadcast(sources, destinations).shape, dtype=np.int64)
 
 
-#: Latency models by the name a :class:`PhaseSchedule` records in ``latency``.
-LATENCY_MODELS: dict[str, LatencyModel] = {"none": zero_latency}
+def _topology_latency(sources: IntArray, destinations: IntArray) -> IntArray:
+    return np.asarray(exchange_latency(sources, destinations), dtype=np.int64)
 
 
-def latency_model(name: str) -> LatencyModel:
+def _paired_topology_latency(sources: IntArray, destinations: IntArray) -> IntArray:
+    return np.asarray(paired_exchange_latency(sources, destinations), dtype=np.int64)
+
+
+#: Latency models by name: ``(word32 latency, paired64 latency)``.
+LATENCY_MODELS: dict[str, tuple[LatencyModel, LatencyModel]] = {
+    "none": (zero_latency, zero_latency),
+    "time_to_mux": (_topology_latency, _paired_topology_latency),
+}
+
+
+def latency_model(name: str, paired: bool = False) -> LatencyModel:
     """Look up a latency model by name.
 
     Args:
         name: a key of :data:`LATENCY_MODELS`.
+        paired: the latency of paired (64-bit) receives instead of ordinary ones.
 
     Returns:
         The vectorised latency function.
@@ -53,10 +114,57 @@ def latency_model(name: str) -> LatencyModel:
         ScheduleError: if the name is unknown.
     """
     try:
-        return LATENCY_MODELS[name]
+        return LATENCY_MODELS[name][1 if paired else 0]
     except KeyError:
         known = ", ".join(sorted(LATENCY_MODELS))
         raise ScheduleError(f"unknown latency model {name!r}; known: {known}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeModel:
+    """Which hardware rules a schedule must obey (all on: the IPU21).
+
+    Attributes:
+        latency: ``"time_to_mux"`` (per-pair latency) or ``"none"``.
+        paired: ``paired64`` transfers move two words per cycle and reserve the source partner;
+            when off they are scheduled as ``word32`` transfers.
+        dependencies: memory-order dependencies between transfers.
+        sram_hazards: no send and receive on one tile in a shared SRAM element at once.
+        full_duplex: a tile sends and receives at once; when off, a tile does one at a time.
+    """
+
+    latency: str = "time_to_mux"
+    paired: bool = True
+    dependencies: bool = True
+    sram_hazards: bool = True
+    full_duplex: bool = True
+
+    def describe(self) -> str:
+        """A short name for logs: the latency model and the rules that are off."""
+        off = [
+            name
+            for name in ("paired", "dependencies", "sram_hazards", "full_duplex")
+            if not getattr(self, name)
+        ]
+        return f"latency={self.latency}" + (f" off={','.join(off)}" if off else "")
+
+    def as_dict(self) -> dict[str, object]:
+        """The switches as a JSON-ready dict."""
+        return {
+            "latency": self.latency,
+            "paired": self.paired,
+            "dependencies": self.dependencies,
+            "sram_hazards": self.sram_hazards,
+            "full_duplex": self.full_duplex,
+        }
+
+
+#: The IPU21 as far as we know it: every rule on.
+IPU21_MODEL = ExchangeModel()
+#: Ports only: one word per cycle per send and receive port, multicast, nothing else.
+PORTS_ONLY = ExchangeModel(
+    latency="none", paired=False, dependencies=False, sram_hazards=False, full_duplex=True
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +176,14 @@ class Transfer:
         source_address: byte address of the first word on the sender (word aligned).
         destinations: ``(tile, byte address)`` pairs; distinct tiles, none equal to ``source``.
         words: number of 32-bit words sent (positive).
+        width: ``"word32"`` or ``"paired64"`` (see the module docstring).
     """
 
     source: int
     source_address: int
     destinations: tuple[tuple[int, int], ...]
     words: int
+    width: str = WORD32
 
     @property
     def destination_tiles(self) -> tuple[int, ...]:
@@ -86,8 +196,9 @@ class ExchangePhase:
     """The transfers of one exchange phase.
 
     Attributes:
-        transfers: the transfers; their index is their identity in schedules and errors.
-        tile_count: number of tiles; tile ids are ``0..tile_count-1``.
+        transfers: the transfers in program order; their index is their identity in schedules
+            and errors.
+        tile_count: number of tiles; tile ids are ``0..tile_count-1`` (physical ids).
     """
 
     transfers: tuple[Transfer, ...]
@@ -99,19 +210,22 @@ class ExchangePhase:
         Raises:
             ScheduleError: naming the first bad transfer's index and what is wrong with it.
         """
-        if self.tile_count <= 0:
-            raise ScheduleError(f"tile_count must be positive, got {self.tile_count}")
+        if not 1 <= self.tile_count <= TILES:
+            raise ScheduleError(f"tile_count must be in 1..{TILES}, got {self.tile_count}")
         for index, transfer in enumerate(self.transfers):
             _validate_transfer(index, transfer, self.tile_count)
 
 
 def _validate_transfer(index: int, transfer: Transfer, tile_count: int) -> None:
     where = f"transfer {index}"
+    if transfer.width not in WIDTHS:
+        raise ScheduleError(f"{where}: width {transfer.width!r} is not one of {', '.join(WIDTHS)}")
     if transfer.words <= 0:
         raise ScheduleError(f"{where}: words must be positive, got {transfer.words}")
     if not 0 <= transfer.source < tile_count:
         raise ScheduleError(f"{where}: source tile {transfer.source} outside 0..{tile_count - 1}")
-    _check_address(where, "source address", transfer.source_address)
+    span = transfer.words * WORD_BYTES
+    _check_address(where, "source address", transfer.source_address, span)
     if not transfer.destinations:
         raise ScheduleError(f"{where}: no destinations")
     seen: set[int] = set()
@@ -123,22 +237,67 @@ def _validate_transfer(index: int, transfer: Transfer, tile_count: int) -> None:
         if tile in seen:
             raise ScheduleError(f"{where}: destination tile {tile} appears twice")
         seen.add(tile)
-        _check_address(where, f"destination address on tile {tile}", address)
+        _check_address(where, f"destination address on tile {tile}", address, span)
+    if transfer.width == PAIRED64:
+        _validate_paired(where, transfer, seen, tile_count)
 
 
-def _check_address(where: str, what: str, address: int) -> None:
-    if address < 0 or address % WORD_BYTES:
+def _validate_paired(where: str, transfer: Transfer, tiles: set[int], tile_count: int) -> None:
+    if transfer.words % 2:
+        raise ScheduleError(f"{where}: paired64 needs an even word count, got {transfer.words}")
+    addresses = [("source address", transfer.source_address)] + [
+        (f"destination address on tile {tile}", address) for tile, address in transfer.destinations
+    ]
+    for what, address in addresses:
+        if address % PAIRED_ALIGNMENT:
+            raise ScheduleError(f"{where}: paired64 {what} {address:#x} is not 8-byte aligned")
+    partner = transfer.source ^ PAIR_PARTNER_BIT
+    if partner >= tile_count:
+        raise ScheduleError(f"{where}: paired64 source partner tile {partner} is not in the phase")
+    for tile in sorted(tiles):
+        if tile ^ PAIR_PARTNER_BIT not in tiles:
+            raise ScheduleError(
+                f"{where}: paired64 destination tile {tile} without its pair partner "
+                f"{tile ^ PAIR_PARTNER_BIT}"
+            )
+
+
+def _check_address(where: str, what: str, address: int, span: int) -> None:
+    if address % WORD_BYTES:
         raise ScheduleError(f"{where}: {what} {address:#x} is not a word-aligned byte address")
+    if address < TILE_MEMORY_BASE or address + span > TILE_MEMORY_END:
+        raise ScheduleError(
+            f"{where}: {what} {address:#x} (+{span} bytes) outside tile memory "
+            f"{TILE_MEMORY_BASE:#x}..{TILE_MEMORY_END:#x}"
+        )
+
+
+def element_of(address: IntArray) -> IntArray:
+    """SRAM element index of byte addresses (facts §5.4 [T]).
+
+    Standard memory is cut into 16 KiB elements from the tile memory base; the interleaved
+    region into 32 KiB element pairs, numbered after the standard ones.
+
+    Args:
+        address: byte addresses inside tile memory.
+
+    Returns:
+        Element indices, same shape.
+    """
+    standard = (address - TILE_MEMORY_BASE) // ELEMENT_BYTES
+    first_interleaved = (INTERLEAVED_BASE - TILE_MEMORY_BASE) // ELEMENT_BYTES
+    interleaved = first_interleaved + (address - INTERLEAVED_BASE) // INTERLEAVED_ELEMENT_BYTES
+    return np.where(address < INTERLEAVED_BASE, standard, interleaved).astype(np.int64)
 
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """A contiguous run of a transfer's words sent one per cycle.
+    """A contiguous run of a transfer's words sent one item per cycle.
 
     Attributes:
-        send_cycle: cycle (from the start of the phase) the first word leaves the source.
+        send_cycle: cycle (from the start of the phase) the first item leaves the source.
         offset_words: index of the piece's first word within its transfer.
-        words: number of words in the piece.
+        words: number of 32-bit words in the piece.
     """
 
     send_cycle: int
@@ -147,7 +306,7 @@ class Piece:
 
     @property
     def send_end(self) -> int:
-        """First cycle after the piece has left the source's send port."""
+        """First cycle after the piece has left a ``word32`` source's send port."""
         return self.send_cycle + self.words
 
 
@@ -157,15 +316,27 @@ class PhaseSchedule:
 
     Attributes:
         pieces: ``pieces[i]`` are the pieces of transfer ``i`` of the phase, in phase order.
-        horizon: the cycle by which every piece has been sent and received (0 when empty).
-        kind: which scheduler made it (``"greedy"``, ...).
-        latency: name of the latency model (see :data:`LATENCY_MODELS`) used for arrivals.
+        horizon: the cycle by which every word has been sent and received (0 when empty).
+        kind: which scheduler made it (``"dense-greedy"``, ``"cp-sat-lns"``, ...).
+        model: the rules it was made for (the verifier checks against them).
+        first_arrivals: optionally, per transfer and per destination (in the transfer's order),
+            the cycle its first word arrives; the verifier checks them against the latency.
     """
 
     pieces: tuple[tuple[Piece, ...], ...]
     horizon: int
     kind: str
-    latency: str = "none"
+    model: ExchangeModel = field(default=IPU21_MODEL)
+    first_arrivals: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def latency(self) -> str:
+        """Name of the latency model used for arrivals."""
+        return self.model.latency
+
+    def with_model(self, model: ExchangeModel) -> PhaseSchedule:
+        """The same pieces claimed under another model (arrivals dropped)."""
+        return replace(self, model=model, first_arrivals=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +350,9 @@ class PhaseArrays:
             ``destination_tiles[destination_starts[i]:destination_starts[i + 1]]``.
         destination_tiles: all destination tiles, transfer by transfer.
         destination_transfers: the transfer index of each entry of ``destination_tiles``.
+        source_addresses: ``source_addresses[i]`` is the source byte address of transfer ``i``.
+        destination_addresses: the byte address of each entry of ``destination_tiles``.
+        paired: ``paired[i]`` is true when transfer ``i`` has width ``paired64``.
     """
 
     sources: IntArray
@@ -186,6 +360,9 @@ class PhaseArrays:
     destination_starts: IntArray
     destination_tiles: IntArray
     destination_transfers: IntArray
+    source_addresses: IntArray
+    destination_addresses: IntArray
+    paired: npt.NDArray[np.bool_]
 
     @property
     def fanouts(self) -> IntArray:
@@ -200,7 +377,7 @@ def phase_arrays(phase: ExchangePhase) -> PhaseArrays:
         phase: the phase (not validated here).
 
     Returns:
-        The arrays; all ``int64``.
+        The arrays; all ``int64`` except ``paired``.
     """
     transfers = phase.transfers
     count = len(transfers)
@@ -209,13 +386,21 @@ def phase_arrays(phase: ExchangePhase) -> PhaseArrays:
     fanouts = np.fromiter((len(t.destinations) for t in transfers), dtype=np.int64, count=count)
     starts = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(fanouts, out=starts[1:])
+    total = int(starts[-1])
     tiles = np.fromiter(
-        (tile for t in transfers for tile, _ in t.destinations),
-        dtype=np.int64,
-        count=int(starts[-1]),
+        (tile for t in transfers for tile, _ in t.destinations), dtype=np.int64, count=total
     )
+    addresses = np.fromiter(
+        (address for t in transfers for _, address in t.destinations), dtype=np.int64, count=total
+    )
+    source_addresses = np.fromiter(
+        (t.source_address for t in transfers), dtype=np.int64, count=count
+    )
+    paired = np.fromiter((t.width == PAIRED64 for t in transfers), dtype=bool, count=count)
     owners = np.repeat(np.arange(count, dtype=np.int64), fanouts)
-    return PhaseArrays(sources, words, starts, tiles, owners)
+    return PhaseArrays(
+        sources, words, starts, tiles, owners, source_addresses, addresses, paired
+    )
 
 
 def words_sent(phase: ExchangePhase) -> IntArray:
@@ -249,3 +434,38 @@ def _weighted_count(tiles: IntArray, weights: IntArray, tile_count: int) -> IntA
     # bincount on int weights goes through float64: exact below 2**53 words, far above any phase.
     counts = np.bincount(tiles, weights=weights, minlength=tile_count)
     return counts.astype(np.int64)
+
+
+def maximum_identical_destinations(phase: ExchangePhase) -> int:
+    """The most transfers that write the same ``(tile, byte address)`` (1 for a normal phase).
+
+    Args:
+        phase: the phase.
+
+    Returns:
+        The largest count; 0 for an empty phase.
+    """
+    counts: dict[tuple[int, int], int] = {}
+    for transfer in phase.transfers:
+        for destination in transfer.destinations:
+            counts[destination] = counts.get(destination, 0) + 1
+    return max(counts.values(), default=0)
+
+
+def split_multicasts(phase: ExchangePhase) -> ExchangePhase:
+    """The phase with every multicast replaced by one unicast per destination, in order.
+
+    Models an exchange without multicast (each destination needs its own send).
+
+    Args:
+        phase: the phase.
+
+    Returns:
+        A phase of unicast ``word32`` transfers (paired destinations are sent separately).
+    """
+    transfers = tuple(
+        Transfer(t.source, t.source_address, (destination,), t.words)
+        for t in phase.transfers
+        for destination in t.destinations
+    )
+    return ExchangePhase(transfers, phase.tile_count)

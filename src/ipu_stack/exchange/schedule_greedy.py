@@ -1,27 +1,26 @@
-"""A fast, deterministic, non-preemptive list scheduler with backfilling.
+"""Non-preemptive constructive schedulers on a compiled phase (one piece per transfer).
 
-Each transfer becomes one piece. Transfers are taken in priority order (heaviest endpoint load
-first, then larger transfers) and each is placed at the earliest cycle at which its source's send
-port and every destination's receive port are free for ``words`` consecutive cycles. Ports keep
-sorted lists of busy intervals, so a later transfer can fill a gap that an earlier placement left
-(backfilling) instead of only appending after the last busy cycle.
+Two schedulers, both deterministic:
 
-Ties: transfers with equal priority all have the same length, which makes their placement an
-edge-colouring problem, where greedy placement in input order can need up to twice the bound
-(a source-major all-to-all among 3 tiles takes 3 chunks instead of 2). So within each tie class
-multicasts come first (by index), then the unicasts in "matching waves": repeatedly a maximum
-bipartite matching (Hopcroft-Karp, scipy) of the remaining ones, each wave by index. A sum of
-disjoint permutations (an all-to-all) then schedules at the endpoint bound in any input order.
+- :func:`dense_greedy` (event driven, `exchange-scheduling.md` §3.2): senders are visited in
+  time order; when a sender's port is free it starts, among its ready transfers that fit now,
+  the one whose busiest resource has the most remaining work (the critical port first, as in
+  Sunflow); if none fits it sleeps until the earliest cycle one could. The schedule is dense
+  on send ports: a sender never idles while one of its ready transfers could start.
+- :func:`earliest_fit` (list scheduling with backfilling): transfers in a priority order
+  (busiest resource first, longer first; equal-length unicasts in matching waves, so sums of
+  permutations colour like a bipartite edge colouring) each go to the earliest cycle at which
+  all their resources are free, filling gaps left earlier.
 
-Limits (what this scheduler does not do or check): latency (it schedules with the ``"none"``
-model), preemption, receiver-subset splitting of multicasts, pair send buses, 64-bit paired
-receives, SRAM-element hazards and memory-order dependencies. Earliest-fit placement is not a
-dense (work-conserving) schedule, so the ``2 * LB`` guarantee of dense unicast schedules
-(`exchange-scheduling.md` §1.4) is not promised; measured ratios are in the tests.
+Both respect every rule compiled into the problem: ports, reserved partners, latency offsets,
+SRAM-element resources and dependency delays (a transfer is placed only after all its
+predecessors). Limits: no preemption and no receiver-subset splitting of multicasts; neither
+is optimal (the improvement stage is :mod:`ipu_stack.exchange.schedule_lns`).
 """
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 
 import numpy as np
@@ -29,96 +28,247 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from ipu_stack.exchange.model import (
-    ExchangePhase,
-    PhaseArrays,
-    PhaseSchedule,
-    Piece,
-    phase_arrays,
-)
+from ipu_stack.exchange.constraints import RECEIVE, SEND, ResourceProblem
 
-KIND = "greedy"
+IntArray = npt.NDArray[np.int64]
 #: Tie classes up to this many unicasts are matched in Python; larger ones by scipy.
 SMALL_MATCHING_EDGES = 256
 #: Largest size * degree of a tie class ordered by matching waves (bounds the time spent).
 WAVE_WORK_BUDGET = 20_000_000
-IntArray = npt.NDArray[np.int64]
 
 
-def schedule_phase(phase: ExchangePhase) -> PhaseSchedule:
-    """Schedule a phase with one piece per transfer by earliest-fit list scheduling.
+class _Calendar:
+    """Busy intervals of every resource: sorted, disjoint, merged when touching."""
+
+    def __init__(self, resource_count: int) -> None:
+        self.starts: list[list[int]] = [[] for _ in range(resource_count)]
+        self.ends: list[list[int]] = [[] for _ in range(resource_count)]
+
+    def first_free(self, resource: int, time: int, length: int) -> int:
+        """The earliest ``t >= time`` with ``[t, t + length)`` free on ``resource``."""
+        starts = self.starts[resource]
+        ends = self.ends[resource]
+        k = bisect_right(starts, time) - 1
+        if k >= 0 and ends[k] > time:
+            time = ends[k]
+        k += 1
+        count = len(starts)
+        while k < count and starts[k] < time + length:
+            time = ends[k]
+            k += 1
+        return time
+
+    def earliest(self, uses: list[tuple[int, int]], length: int, time: int) -> int:
+        """The earliest start ``>= time`` at which every ``(resource, offset)`` use is free."""
+        settled = 0
+        position = 0
+        count = len(uses)
+        while settled < count:
+            resource, offset = uses[position]
+            fit = self.first_free(resource, time + offset, length) - offset
+            if fit != time:
+                time = fit
+                settled = 1
+            else:
+                settled += 1
+            position = position + 1 if position + 1 < count else 0
+        return time
+
+    def occupy(self, resource: int, begin: int, end: int) -> None:
+        """Mark ``[begin, end)`` busy (it must be free)."""
+        starts = self.starts[resource]
+        ends = self.ends[resource]
+        k = bisect_right(starts, begin)
+        joins_previous = k > 0 and ends[k - 1] == begin
+        joins_next = k < len(starts) and starts[k] == end
+        if joins_previous and joins_next:
+            ends[k - 1] = ends[k]
+            del starts[k]
+            del ends[k]
+        elif joins_previous:
+            ends[k - 1] = end
+        elif joins_next:
+            starts[k] = begin
+        else:
+            starts.insert(k, begin)
+            ends.insert(k, end)
+
+
+def _uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
+    starts = problem.use_starts.tolist()
+    resources = problem.use_resources.tolist()
+    offsets = problem.use_offsets.tolist()
+    return [
+        list(zip(resources[starts[i] : starts[i + 1]], offsets[starts[i] : starts[i + 1]], strict=True))
+        for i in range(problem.count)
+    ]
+
+
+def _successors(problem: ResourceProblem) -> tuple[list[list[tuple[int, int]]], list[int]]:
+    successors: list[list[tuple[int, int]]] = [[] for _ in range(problem.count)]
+    waiting = [0] * problem.count
+    for b, a, d in zip(
+        problem.dependency_before.tolist(),
+        problem.dependency_after.tolist(),
+        problem.dependency_delay.tolist(),
+        strict=True,
+    ):
+        successors[b].append((a, d))
+        waiting[a] += 1
+    return successors, waiting
+
+
+def dense_greedy(problem: ResourceProblem) -> IntArray:
+    """Event-driven dense greedy (see the module docstring).
 
     Args:
-        phase: the phase; it is validated first.
+        problem: the compiled phase.
 
     Returns:
-        A schedule of kind ``"greedy"`` with latency model ``"none"``.
-
-    Raises:
-        ScheduleError: if the phase is malformed.
+        The send cycle of every transfer.
     """
-    phase.validate()
-    count = len(phase.transfers)
-    if count == 0:
-        return PhaseSchedule(pieces=(), horizon=0, kind=KIND)
-    tile_count = phase.tile_count
-    arrays = phase_arrays(phase)
-    sources = arrays.sources
-    words = arrays.words
-    send_load = np.bincount(sources, weights=words, minlength=tile_count)
-    receive_load = np.bincount(
-        arrays.destination_tiles, weights=words[arrays.destination_transfers], minlength=tile_count
+    count = problem.count
+    uses = _uses(problem)
+    durations = problem.durations.tolist()
+    sources = problem.arrays.sources.tolist()
+    remaining = np.bincount(
+        problem.use_resources,
+        weights=problem.durations[problem.use_transfers],
+        minlength=problem.resource_count,
+    ).astype(np.int64).tolist()
+    successors, waiting = _successors(problem)
+    release = [0] * count
+    calendar = _Calendar(problem.resource_count)
+    start = [-1] * count
+
+    pending: dict[int, list[int]] = {}
+    for i in range(count):
+        pending.setdefault(sources[i], []).append(i)
+    clock: dict[int, int] = dict.fromkeys(pending, 0)
+    heap = [(0, -remaining[s], s) for s in pending]
+    heapq.heapify(heap)
+    asleep: set[int] = set()
+
+    while heap:
+        time, _, sender = heapq.heappop(heap)
+        if time < clock[sender]:
+            continue  # stale entry
+        queue = pending[sender]
+        best = -1
+        best_key: tuple[int, int, int] | None = None
+        next_time = -1
+        for i in queue:
+            if waiting[i]:
+                continue
+            length = durations[i]
+            fit = calendar.earliest(uses[i], length, max(time, release[i]))
+            if fit == time:
+                key = (-max(remaining[r] for r, _ in uses[i]), -length, i)
+                if best_key is None or key < best_key:
+                    best, best_key = i, key
+            elif next_time < 0 or fit < next_time:
+                next_time = fit
+        if best >= 0:
+            length = durations[best]
+            for r, o in uses[best]:
+                calendar.occupy(r, time + o, time + o + length)
+                remaining[r] -= length
+            start[best] = time
+            queue.remove(best)
+            for successor, delay in successors[best]:
+                release[successor] = max(release[successor], time + delay)
+                waiting[successor] -= 1
+                if not waiting[successor]:
+                    owner = sources[successor]
+                    if owner in asleep:
+                        asleep.discard(owner)
+                        clock[owner] = max(clock[owner], release[successor])
+                        heapq.heappush(heap, (clock[owner], -remaining[owner], owner))
+            if queue:
+                # The send port is busy for ``length`` cycles; retry when it frees.
+                clock[sender] = calendar.first_free(sender, time, 1)
+                heapq.heappush(heap, (clock[sender], -remaining[sender], sender))
+        elif next_time >= 0:
+            clock[sender] = next_time
+            heapq.heappush(heap, (next_time, -remaining[sender], sender))
+        elif queue:
+            asleep.add(sender)  # every pending transfer waits for a predecessor
+    if any(s < 0 for s in start):  # pragma: no cover - dependencies always go forward
+        raise AssertionError("dense greedy left transfers unscheduled")
+    return np.asarray(start, dtype=np.int64)
+
+
+def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> IntArray:
+    """List scheduling with backfilling in a priority order (see the module docstring).
+
+    Args:
+        problem: the compiled phase.
+        order: transfer order; :func:`priority_order` when omitted. A transfer whose
+            predecessors are not placed yet waits for them.
+
+    Returns:
+        The send cycle of every transfer.
+    """
+    count = problem.count
+    order = priority_order(problem) if order is None else order
+    uses = _uses(problem)
+    durations = problem.durations.tolist()
+    successors, waiting = _successors(problem)
+    release = [0] * count
+    calendar = _Calendar(problem.resource_count)
+    start = [0] * count
+    rank = np.empty(count, dtype=np.int64)
+    rank[order] = np.arange(count)
+    ranks = rank.tolist()
+    ready = [(ranks[i], i) for i in range(count) if not waiting[i]]
+    heapq.heapify(ready)
+    while ready:
+        _, i = heapq.heappop(ready)
+        length = durations[i]
+        time = calendar.earliest(uses[i], length, release[i])
+        for r, o in uses[i]:
+            calendar.occupy(r, time + o, time + o + length)
+        start[i] = time
+        for successor, delay in successors[i]:
+            release[successor] = max(release[successor], time + delay)
+            waiting[successor] -= 1
+            if not waiting[successor]:
+                heapq.heappush(ready, (ranks[successor], successor))
+    return np.asarray(start, dtype=np.int64)
+
+
+def priority_order(problem: ResourceProblem) -> IntArray:
+    """Transfers by static priority: busiest resource first, then longer, multicast first.
+
+    Within a class of equal priority and length, unicasts are ordered in matching waves
+    (repeated maximum bipartite matchings of sender and receiver ports, Hopcroft-Karp), so a
+    sum of disjoint permutations is placed colour by colour.
+    """
+    count = problem.count
+    load = np.bincount(
+        problem.use_resources,
+        weights=problem.durations[problem.use_transfers],
+        minlength=problem.resource_count,
     )
-    heaviest = send_load[sources].copy()
-    np.maximum.at(heaviest, arrays.destination_transfers, receive_load[arrays.destination_tiles])
-    order = _priority_order(arrays, heaviest.astype(np.int64), tile_count)
-
-    # Ports 0..tile_count-1 are send ports, tile_count.. are receive ports. Each port holds
-    # sorted, disjoint, non-touching busy intervals [starts[k], ends[k]).
-    starts: list[list[int]] = [[] for _ in range(2 * tile_count)]
-    ends: list[list[int]] = [[] for _ in range(2 * tile_count)]
-    send_cycles = [0] * count
-    word_list = words.tolist()
-    source_list = sources.tolist()
-    destination_starts = arrays.destination_starts.tolist()
-    receive_ports = (arrays.destination_tiles + tile_count).tolist()
-
-    for index in order.tolist():
-        length = word_list[index]
-        ports = [source_list[index]]
-        ports += receive_ports[destination_starts[index] : destination_starts[index + 1]]
-        start = _earliest_common_fit(ports, starts, ends, length)
-        for port in ports:
-            _occupy(starts[port], ends[port], start, start + length)
-        send_cycles[index] = start
-
-    pieces = tuple(
-        (Piece(send_cycle=cycle, offset_words=0, words=length),)
-        for cycle, length in zip(send_cycles, word_list, strict=True)
-    )
-    horizon = max(cycle + length for cycle, length in zip(send_cycles, word_list, strict=True))
-    return PhaseSchedule(pieces=pieces, horizon=horizon, kind=KIND)
-
-
-def _priority_order(arrays: PhaseArrays, heaviest: IntArray, tile_count: int) -> IntArray:
-    """Transfer indices by priority; tie classes multicast first, then unicast matching waves."""
-    count = arrays.words.size
-    fanouts = arrays.fanouts
-    is_unicast = fanouts == 1
-    # lexsort: last key is primary. Heaviest endpoint first, then larger, multicast before
-    # unicast, then lower index.
-    order = np.lexsort((np.arange(count), is_unicast, -arrays.words, -heaviest))
+    heaviest = np.zeros(count, dtype=np.int64)
+    np.maximum.at(heaviest, problem.use_transfers, load[problem.use_resources].astype(np.int64))
+    arrays = problem.arrays
+    is_unicast = arrays.fanouts == 1
+    durations = problem.durations
+    order = np.lexsort((np.arange(count), is_unicast, -durations, -heaviest))
     key_heaviest = heaviest[order]
-    key_words = arrays.words[order]
+    key_length = durations[order]
     boundary = np.flatnonzero(
-        (key_heaviest[1:] != key_heaviest[:-1]) | (key_words[1:] != key_words[:-1])
+        (key_heaviest[1:] != key_heaviest[:-1]) | (key_length[1:] != key_length[:-1])
     )
     run_starts = np.concatenate(([0], boundary + 1))
     run_ends = np.concatenate((boundary + 1, [count]))
+    tile_count = int(arrays.sources.max(initial=0)) + 1
+    if arrays.destination_tiles.size:
+        tile_count = max(tile_count, int(arrays.destination_tiles.max()) + 1)
     first_destination = arrays.destination_tiles[
-        np.minimum(arrays.destination_starts[:-1], arrays.destination_tiles.size - 1)
+        np.minimum(arrays.destination_starts[:-1], max(arrays.destination_tiles.size - 1, 0))
     ]
-    # Only classes whose unicasts share a port need waves; find them without a Python loop.
     run_of = np.repeat(np.arange(run_starts.size), run_ends - run_starts)
     unicast_positions = np.flatnonzero(is_unicast[order])
     needs_waves = np.zeros(run_starts.size, dtype=bool)
@@ -127,61 +277,82 @@ def _priority_order(arrays: PhaseArrays, heaviest: IntArray, tile_count: int) ->
         needs_waves[keys[1:][keys[1:] == keys[:-1]] // tile_count] = True
     multicasts_per_run = np.bincount(run_of, weights=~is_unicast[order], minlength=run_starts.size)
     for run in np.flatnonzero(needs_waves).tolist():
-        start = int(run_starts[run] + multicasts_per_run[run])  # unicasts close the run
+        begin = int(run_starts[run] + multicasts_per_run[run])  # unicasts close the run
         end = int(run_ends[run])
-        unicast = order[start:end]
+        unicast = order[begin:end]
         sources = arrays.sources[unicast]
         destinations = first_destination[unicast]
         degree = max(int(np.bincount(sources).max()), int(np.bincount(destinations).max()))
-        # A star (one port shared by all) has only singleton waves: index order already. Waves
-        # cost about size * degree; past the budget keep index order rather than stall.
         if degree == unicast.size or unicast.size * degree > WAVE_WORK_BUDGET:
             continue
-        order[start:end] = _matching_waves(unicast, sources, destinations, tile_count)
+        order[begin:end] = _matching_waves(unicast, sources, destinations, tile_count)
     return order
 
 
 def _matching_waves(
     members: IntArray, sources: IntArray, destinations: IntArray, tile_count: int
 ) -> IntArray:
-    """Unicast transfers (sorted by index) reordered as successive maximum matchings."""
-    waves: list[IntArray] = []
-    while members.size:
-        if np.unique(sources).size == sources.size and np.unique(destinations).size == sources.size:
-            waves.append(members)  # already a matching: one wave
-            break
-        chosen = np.zeros(members.size, dtype=bool)
-        if members.size <= SMALL_MATCHING_EDGES:
-            chosen[_small_maximum_matching(sources.tolist(), destinations.tolist())] = True
-        else:
-            graph = csr_matrix(
-                (np.ones(members.size, dtype=np.int8), (sources, destinations)),
-                shape=(tile_count, tile_count),
-            )
-            matched_column = maximum_bipartite_matching(graph, perm_type="column")
-            hits = np.flatnonzero(matched_column[sources] == destinations)
-            # Parallel transfers share (source, destination): take the lowest index of each.
-            _, first = np.unique(sources[hits], return_index=True)
-            chosen[hits[first]] = True
-        waves.append(members[chosen])
-        members, sources, destinations = (
-            members[~chosen],
-            sources[~chosen],
-            destinations[~chosen],
-        )
-    return np.concatenate(waves) if waves else members
+    """Unicast transfers reordered as ``degree`` matchings, each covering every busiest port.
+
+    The sender-receiver multigraph is padded with dummy edges to a ``degree``-regular bipartite
+    multigraph, which splits into ``degree`` perfect matchings (König); each matching's real
+    edges form one wave. Plain maximum matchings could leave a busiest port out of a wave and so
+    need more waves than its degree.
+    """
+    left_ids, left = np.unique(sources, return_inverse=True)
+    right_ids, right = np.unique(destinations, return_inverse=True)
+    size = max(left_ids.size, right_ids.size)
+    left_degree = np.bincount(left, minlength=size)
+    right_degree = np.bincount(right, minlength=size)
+    degree = int(max(left_degree.max(), right_degree.max()))
+    real: dict[tuple[int, int], list[int]] = {}
+    for position, edge in enumerate(zip(left.tolist(), right.tolist(), strict=True)):
+        real.setdefault(edge, []).append(position)
+    for positions in real.values():
+        positions.reverse()  # pop() takes the lowest position first
+    dummy: dict[tuple[int, int], int] = {}
+    left_deficit = (degree - left_degree).tolist()
+    right_deficit = (degree - right_degree).tolist()
+    j = 0
+    for i in range(size):
+        while left_deficit[i] > 0:
+            while right_deficit[j] == 0:
+                j += 1
+            take = min(left_deficit[i], right_deficit[j])
+            dummy[(i, j)] = dummy.get((i, j), 0) + take
+            left_deficit[i] -= take
+            right_deficit[j] -= take
+    waves: list[int] = []
+    for _ in range(degree):
+        edges = [edge for edge, positions in real.items() if positions]
+        edges += [edge for edge, multiplicity in dummy.items() if multiplicity and edge not in real]
+        edges += [edge for edge, multiplicity in dummy.items() if multiplicity and edge in real
+                  and not real[edge]]
+        rows = np.fromiter((e[0] for e in edges), dtype=np.int64, count=len(edges))
+        cols = np.fromiter((e[1] for e in edges), dtype=np.int64, count=len(edges))
+        graph = csr_matrix((np.ones(len(edges), dtype=np.int8), (rows, cols)), shape=(size, size))
+        matched = maximum_bipartite_matching(graph, perm_type="column")
+        wave = []
+        for row, col in enumerate(matched.tolist()):
+            if col < 0:  # pragma: no cover - a regular bipartite multigraph has a perfect one
+                continue
+            positions = real.get((row, col))
+            if positions:
+                wave.append(positions.pop())
+            else:
+                dummy[(row, col)] -= 1
+        waves.extend(sorted(wave))
+    taken = set(waves)
+    rest = [position for position in range(members.size) if position not in taken]
+    return members[np.asarray(waves + rest, dtype=np.int64)]
 
 
 def _small_maximum_matching(sources: list[int], destinations: list[int]) -> list[int]:
-    """Positions of the edges of a maximum matching, by augmenting paths (Kuhn's algorithm).
-
-    For the small tie classes, where scipy's per-call overhead dominates. Among parallel edges
-    the lowest position is used, and sources are tried in order of their first edge.
-    """
+    """Positions of the edges of a maximum matching, by augmenting paths (Kuhn's algorithm)."""
     adjacency: dict[int, list[tuple[int, int]]] = {}
     for position, (source, destination) in enumerate(zip(sources, destinations, strict=True)):
         adjacency.setdefault(source, []).append((destination, position))
-    owner: dict[int, tuple[int, int]] = {}  # destination -> (source, edge position)
+    owner: dict[int, tuple[int, int]] = {}
 
     def augment(source: int, visited: set[int]) -> bool:
         for destination, position in adjacency[source]:
@@ -199,53 +370,18 @@ def _small_maximum_matching(sources: list[int], destinations: list[int]) -> list
     return sorted(position for _, position in owner.values())
 
 
-def _earliest_common_fit(
-    ports: list[int], starts: list[list[int]], ends: list[list[int]], length: int
-) -> int:
-    """The earliest cycle at which every port is free for ``length`` cycles.
-
-    Each step moves ``time`` to the first gap of ``length`` cycles at or after it on the next
-    port; when every port has accepted ``time`` in a row, it fits everywhere. (The per-port gap
-    search is inlined: it is the scheduler's innermost loop.)
-    """
-    time = 0
-    settled = 0  # ports in a row that accepted ``time`` unchanged
-    position = 0
-    port_count = len(ports)
-    while settled < port_count:
-        port_starts = starts[ports[position]]
-        port_ends = ends[ports[position]]
-        fit = time
-        k = bisect_right(port_starts, fit) - 1
-        if k >= 0 and port_ends[k] > fit:
-            fit = port_ends[k]
-        k += 1
-        interval_count = len(port_starts)
-        while k < interval_count and port_starts[k] < fit + length:
-            fit = port_ends[k]
-            k += 1
-        if fit != time:
-            time = fit
-            settled = 1  # this port accepts the new time
-        else:
-            settled += 1
-        position = position + 1 if position + 1 < port_count else 0
-    return time
+def horizon_of(problem: ResourceProblem, starts: IntArray) -> int:
+    """The horizon of send cycles ``starts``: the latest end of any use."""
+    if problem.count == 0:
+        return 0
+    return int((starts + problem.completion).max())
 
 
-def _occupy(starts: list[int], ends: list[int], begin: int, end: int) -> None:
-    """Mark ``[begin, end)`` busy (it must be free), merging with touching neighbours."""
-    k = bisect_right(starts, begin)
-    joins_previous = k > 0 and ends[k - 1] == begin
-    joins_next = k < len(starts) and starts[k] == end
-    if joins_previous and joins_next:
-        ends[k - 1] = ends[k]
-        del starts[k]
-        del ends[k]
-    elif joins_previous:
-        ends[k - 1] = end
-    elif joins_next:
-        starts[k] = begin
-    else:
-        starts.insert(k, begin)
-        ends.insert(k, end)
+__all__ = [
+    "RECEIVE",
+    "SEND",
+    "dense_greedy",
+    "earliest_fit",
+    "horizon_of",
+    "priority_order",
+]

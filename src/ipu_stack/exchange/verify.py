@@ -1,13 +1,22 @@
 """An independent checker for exchange-phase schedules.
 
-It shares no code with any scheduler: it re-derives every port's busy intervals from the phase
-and the pieces and checks them with vectorised numpy (sort intervals per port by start, compare
-each start with the previous interval's end).
+It shares no code with the schedulers or the bounds (not even the compiled resource problem):
+from the phase, the pieces and the model's rules it re-derives, for every piece, the cycles in
+which each port carries each of its words and the SRAM elements they touch, and rejects:
 
-What it checks: piece sanity (non-negative send cycle, positive length), exact word coverage of
-every transfer, one word per cycle on each send port and on each receive port (under the
-schedule's latency model), and that the horizon covers the real end. What it does not check:
-pair send buses, 64-bit pairing, SRAM-element hazards, memory-order dependencies, encoding limits.
+- malformed pieces (negative cycle or offset, empty; odd offset or length for ``paired64``);
+- missing words, words covered twice, words beyond the transfer (each destination receives
+  word ``k`` at its address ``+ 4k`` exactly once, as the pieces carry it);
+- two words in one cycle on a send port or a receive port (including a ``paired64`` transfer's
+  reserved source partner; a single port per tile without full duplex);
+- recorded first arrivals that do not match the latency model;
+- a send and a receive on one tile in one SRAM element at once;
+- a transfer that touches a tile before an earlier transfer it depends on (overlapping bytes on
+  that tile, one of them a write) has finished there;
+- a horizon earlier than the last word sent or received.
+
+A cycle-by-cycle replay is equivalent to these interval checks (every word occupies one cycle of
+its windows), which run in ``O(n log n)`` with numpy instead of one step per cycle.
 """
 
 from __future__ import annotations
@@ -18,32 +27,45 @@ import numpy as np
 import numpy.typing as npt
 
 from ipu_stack.errors import ScheduleError
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, latency_model, phase_arrays
+from ipu_stack.exchange.model import (
+    PAIRED64,
+    ExchangeModel,
+    ExchangePhase,
+    PhaseSchedule,
+    element_of,
+    latency_model,
+)
+from ipu_stack.target.ipu21 import WORD_BYTES
 
 IntArray = npt.NDArray[np.int64]
-#: Names a flattened piece in messages: ``piece index -> 'transfer i piece k'``.
 _PieceNamer = Callable[[int], str]
+_PAIR_BIT = 2  # facts §8.3: the paired tile is phys ^ 2 (restated here to stay independent)
 
 
-def verify_schedule(phase: ExchangePhase, schedule: PhaseSchedule) -> None:
-    """Check that a schedule realises a phase on the port model.
+def verify_schedule(
+    phase: ExchangePhase, schedule: PhaseSchedule, model: ExchangeModel | None = None
+) -> None:
+    """Check that a schedule realises a phase under the model's rules.
 
     Args:
         phase: the phase (validated first).
         schedule: the schedule to check.
+        model: the rules; the schedule's own ``model`` when omitted.
 
     Raises:
         ScheduleError: at the first violation found, naming the transfer (and piece), the tile
             and the cycle involved.
     """
+    model = schedule.model if model is None else model
     phase.validate()
     count = len(phase.transfers)
     if len(schedule.pieces) != count:
         raise ScheduleError(
             f"schedule has pieces for {len(schedule.pieces)} transfers, phase has {count}"
         )
-    latency = latency_model(schedule.latency)
-    arrays = phase_arrays(phase)
+    plain_latency = latency_model(model.latency)
+    paired_latency = latency_model(model.latency, paired=True)
+    transfers = phase.transfers
 
     piece_counts = np.fromiter((len(p) for p in schedule.pieces), dtype=np.int64, count=count)
     total = int(piece_counts.sum())
@@ -60,59 +82,128 @@ def verify_schedule(phase: ExchangePhase, schedule: PhaseSchedule) -> None:
     length = np.fromiter(
         (p.words for pieces in schedule.pieces for p in pieces), dtype=np.int64, count=total
     )
+    words = np.fromiter((t.words for t in transfers), dtype=np.int64, count=count)
+    sources = np.fromiter((t.source for t in transfers), dtype=np.int64, count=count)
+    source_addresses = np.fromiter(
+        (t.source_address for t in transfers), dtype=np.int64, count=count
+    )
+    paired = np.fromiter(
+        (model.paired and t.width == PAIRED64 for t in transfers), dtype=bool, count=count
+    )
 
     def piece_name(k: int) -> str:
         return f"transfer {int(owner[k])} piece {int(piece_number[k])}"
 
-    _check_pieces(send, offset, length, piece_name)
-    _check_coverage(piece_counts, owner, offset, length, arrays.words, piece_name)
+    _check_pieces(send, offset, length, paired[owner], piece_name)
+    _check_coverage(piece_counts, owner, offset, length, words, piece_name)
 
-    sources = arrays.sources[owner]
-    send_end = send + length
-    clash = _first_overlap(sources, send, send_end)
+    per_cycle = np.where(paired[owner], 2, 1)
+    cycles = length // per_cycle
+    piece_source = sources[owner]
+    send_end = send + cycles
+
+    # Receptions: one row per (piece, destination).
+    fanout = np.fromiter((len(t.destinations) for t in transfers), dtype=np.int64, count=count)
+    destination_start = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(fanout, out=destination_start[1:])
+    destination_tiles = np.fromiter(
+        (tile for t in transfers for tile, _ in t.destinations),
+        dtype=np.int64,
+        count=int(destination_start[-1]),
+    )
+    destination_addresses = np.fromiter(
+        (address for t in transfers for _, address in t.destinations),
+        dtype=np.int64,
+        count=int(destination_start[-1]),
+    )
+    piece_fanout = fanout[owner]
+    reception_piece = np.repeat(np.arange(total, dtype=np.int64), piece_fanout)
+    block = np.zeros(total, dtype=np.int64)
+    np.cumsum(piece_fanout[:-1], out=block[1:])
+    entry = destination_start[owner[reception_piece]] + (
+        np.arange(reception_piece.size, dtype=np.int64) - block[reception_piece]
+    )
+    receivers = destination_tiles[entry]
+    reception_source = piece_source[reception_piece]
+    reception_paired = paired[owner[reception_piece]]
+    latency = np.where(
+        reception_paired,
+        paired_latency(reception_source, receivers),
+        plain_latency(reception_source, receivers),
+    )
+    arrival = send[reception_piece] + latency
+    arrival_end = arrival + cycles[reception_piece]
+
+    # Send-side windows: the source, and the reserved partner of a paired piece.
+    reserved = np.flatnonzero(paired[owner])
+    send_tiles = np.concatenate((piece_source, piece_source[reserved] ^ _PAIR_BIT))
+    send_begin = np.concatenate((send, send[reserved]))
+    send_stop = np.concatenate((send_end, send_end[reserved]))
+    send_piece = np.concatenate((np.arange(total), reserved))
+    clash = _first_overlap(send_tiles, send_begin, send_stop)
     if clash is not None:
         a, b = clash
         raise ScheduleError(
-            f"tile {int(sources[b])} sends two pieces in cycle {int(send[b])}: "
-            f"{piece_name(a)} [{int(send[a])}, {int(send_end[a])}) and "
-            f"{piece_name(b)} [{int(send[b])}, {int(send_end[b])})"
+            f"tile {int(send_tiles[b])} sends two pieces in cycle {int(send_begin[b])}: "
+            f"{piece_name(int(send_piece[a]))} [{int(send_begin[a])}, {int(send_stop[a])}) and "
+            f"{piece_name(int(send_piece[b]))} [{int(send_begin[b])}, {int(send_stop[b])})"
         )
-
-    # One reception per (piece, destination): expand pieces by their transfer's fan-out.
-    fanout = arrays.fanouts[owner]
-    reception_piece = np.repeat(np.arange(total, dtype=np.int64), fanout)
-    block_start = np.zeros(total, dtype=np.int64)
-    np.cumsum(fanout[:-1], out=block_start[1:])
-    within = np.arange(reception_piece.size, dtype=np.int64) - block_start[reception_piece]
-    destination_index = arrays.destination_starts[owner[reception_piece]] + within
-    receivers = arrays.destination_tiles[destination_index]
-    arrival = send[reception_piece] + latency(sources[reception_piece], receivers)
-    arrival_end = arrival + length[reception_piece]
-    clash = _first_overlap(receivers, arrival, arrival_end)
+    receive_tiles = np.concatenate((receivers, piece_source[reserved] ^ _PAIR_BIT))
+    receive_begin = np.concatenate((arrival, send[reserved]))
+    receive_stop = np.concatenate((arrival_end, send_end[reserved]))
+    receive_piece = np.concatenate((reception_piece, reserved))
+    clash = _first_overlap(receive_tiles, receive_begin, receive_stop)
     if clash is not None:
         a, b = clash
-        pa, pb = int(reception_piece[a]), int(reception_piece[b])
+        pa, pb = int(receive_piece[a]), int(receive_piece[b])
         raise ScheduleError(
-            f"tile {int(receivers[b])} receives from two senders in cycle {int(arrival[b])}: "
-            f"{piece_name(pa)} from tile {int(sources[pa])} "
-            f"[{int(arrival[a])}, {int(arrival_end[a])}) and "
-            f"{piece_name(pb)} from tile {int(sources[pb])} "
-            f"[{int(arrival[b])}, {int(arrival_end[b])})"
+            f"tile {int(receive_tiles[b])} receives from two senders in cycle "
+            f"{int(receive_begin[b])}: {piece_name(pa)} from tile {int(piece_source[pa])} "
+            f"[{int(receive_begin[a])}, {int(receive_stop[a])}) and "
+            f"{piece_name(pb)} from tile {int(piece_source[pb])} "
+            f"[{int(receive_begin[b])}, {int(receive_stop[b])})"
         )
+    if not model.full_duplex:
+        clash = _first_overlap(
+            np.concatenate((send_tiles, receive_tiles)),
+            np.concatenate((send_begin, receive_begin)),
+            np.concatenate((send_stop, receive_stop)),
+        )
+        if clash is not None:
+            tiles = np.concatenate((send_tiles, receive_tiles))
+            raise ScheduleError(
+                f"tile {int(tiles[clash[1]])} sends and receives at once without full duplex"
+            )
 
-    _check_horizon(schedule.horizon, send_end, arrival_end, reception_piece, piece_name)
+    if schedule.first_arrivals is not None:
+        _check_first_arrivals(schedule, owner, offset, send, fanout, destination_tiles,
+                              destination_start, latency, reception_piece, entry)
+    if model.sram_hazards:
+        _check_elements(
+            piece_source, source_addresses[owner] + offset * WORD_BYTES, length, send, send_end,
+            receivers,
+            destination_addresses[entry] + offset[reception_piece] * WORD_BYTES,
+            length[reception_piece], arrival, arrival_end, reception_piece, piece_name,
+        )
+    if model.dependencies:
+        _check_dependencies(
+            phase, owner, send, send_end, reception_piece, entry, destination_start,
+            arrival, arrival_end,
+        )
+    _check_horizon(schedule.horizon, send_stop, send_piece, receive_stop, receive_piece,
+                   piece_name)
 
 
 def _check_pieces(
-    send: IntArray,
-    offset: IntArray,
-    length: IntArray,
+    send: IntArray, offset: IntArray, length: IntArray, paired: npt.NDArray[np.bool_],
     piece_name: _PieceNamer,
 ) -> None:
     for bad, what, values in (
         (send < 0, "negative send_cycle", send),
         (length <= 0, "non-positive words", length),
         (offset < 0, "negative offset_words", offset),
+        (paired & (offset % 2 == 1), "paired64 piece at odd offset_words", offset),
+        (paired & (length % 2 == 1), "paired64 piece with odd words", length),
     ):
         if bad.any():
             k = int(np.argmax(bad))
@@ -170,7 +261,7 @@ def _first_overlap(port: IntArray, begin: IntArray, end: IntArray) -> tuple[int,
     """Indices ``(earlier, later)`` of the first two intervals on one port that overlap.
 
     Sorted by (port, start), intervals overlap somewhere on a port exactly when some interval
-    starts before its predecessor ends (a nested interval overlaps its predecessor too).
+    starts before its predecessor ends (if ``i < j`` overlap, so do ``i`` and ``i + 1``).
     """
     if begin.size < 2:
         return None
@@ -183,24 +274,144 @@ def _first_overlap(port: IntArray, begin: IntArray, end: IntArray) -> tuple[int,
     return int(order[k]), int(order[k + 1])
 
 
-def _check_horizon(
-    horizon: int,
-    send_end: IntArray,
-    arrival_end: IntArray,
-    reception_piece: IntArray,
+def _check_first_arrivals(
+    schedule: PhaseSchedule, owner: IntArray, offset: IntArray, send: IntArray,
+    fanout: IntArray, destination_tiles: IntArray, destination_start: IntArray,
+    latency: IntArray, reception_piece: IntArray, entry: IntArray,
+) -> None:
+    assert schedule.first_arrivals is not None
+    claimed = schedule.first_arrivals
+    if len(claimed) != fanout.size or any(
+        len(c) != int(n) for c, n in zip(claimed, fanout.tolist(), strict=True)
+    ):
+        raise ScheduleError("first_arrivals must list one cycle per destination of each transfer")
+    flat = np.fromiter((c for row in claimed for c in row), dtype=np.int64,
+                       count=int(destination_start[-1]))
+    leading = offset[reception_piece] == 0
+    expected = np.full(flat.size, -1, dtype=np.int64)
+    expected[entry[leading]] = send[reception_piece[leading]] + latency[leading]
+    wrong = flat != expected
+    if wrong.any():
+        k = int(np.argmax(wrong))
+        i = int(np.searchsorted(destination_start, k, side="right") - 1)
+        raise ScheduleError(
+            f"transfer {i}: first word recorded arriving at tile {int(destination_tiles[k])} "
+            f"in cycle {int(flat[k])}, the latency model says {int(expected[k])}"
+        )
+
+
+def _element_rows(
+    tiles: IntArray, addresses: IntArray, length: IntArray, begin: IntArray, end: IntArray
+) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    first = element_of(addresses)
+    last = element_of(addresses + length * WORD_BYTES - 1)
+    spans = last - first + 1
+    rows = np.repeat(np.arange(tiles.size), spans)
+    starts = np.zeros(tiles.size, dtype=np.int64)
+    np.cumsum(spans[:-1], out=starts[1:])
+    element = first[rows] + np.arange(rows.size) - starts[rows]
+    return rows, tiles[rows] * 1024 + element, begin[rows], end[rows]
+
+
+def _check_elements(
+    send_tiles: IntArray, read_addresses: IntArray, read_length: IntArray, send: IntArray,
+    send_end: IntArray, receivers: IntArray, write_addresses: IntArray, write_length: IntArray,
+    arrival: IntArray, arrival_end: IntArray, reception_piece: IntArray,
     piece_name: _PieceNamer,
+) -> None:
+    read_rows, read_key, read_begin, read_end = _element_rows(
+        send_tiles, read_addresses, read_length, send, send_end
+    )
+    write_rows, write_key, write_begin, write_end = _element_rows(
+        receivers, write_addresses, write_length, arrival, arrival_end
+    )
+    # Two reads (or two writes) on a tile cannot overlap once the ports are checked, so any
+    # overlap on one (tile, element) is a read against a write.
+    keys = np.concatenate((read_key, write_key))
+    clash = _first_overlap(
+        keys, np.concatenate((read_begin, write_begin)), np.concatenate((read_end, write_end))
+    )
+    if clash is None:
+        return
+    names = []
+    for index in clash:
+        if index < read_key.size:
+            names.append(f"{piece_name(int(read_rows[index]))} reads")
+        else:
+            names.append(
+                f"{piece_name(int(reception_piece[write_rows[index - read_key.size]]))} writes"
+            )
+    key = int(keys[clash[1]])
+    raise ScheduleError(
+        f"SRAM element hazard on tile {key // 1024} element {key % 1024}: "
+        f"{names[0]} while {names[1]} at once"
+    )
+
+
+def _check_dependencies(
+    phase: ExchangePhase, owner: IntArray, send: IntArray, send_end: IntArray,
+    reception_piece: IntArray, entry: IntArray, destination_start: IntArray,
+    arrival: IntArray, arrival_end: IntArray,
+) -> None:
+    """Memory order: per tile, overlapping accesses (one a write) keep program order."""
+    count = len(phase.transfers)
+    big = np.iinfo(np.int64).max
+    send_first = np.full(count, big, dtype=np.int64)
+    send_last = np.zeros(count, dtype=np.int64)
+    np.minimum.at(send_first, owner, send)
+    np.maximum.at(send_last, owner, send_end)
+    entries = int(destination_start[-1])
+    receive_first = np.full(entries, big, dtype=np.int64)
+    receive_last = np.zeros(entries, dtype=np.int64)
+    np.minimum.at(receive_first, entry, arrival)
+    np.maximum.at(receive_last, entry, arrival_end)
+    # Per tile: (low byte, high byte, transfer, is write, first cycle, last cycle).
+    accesses: dict[int, list[tuple[int, int, int, bool, int, int]]] = {}
+    k = 0
+    for i, transfer in enumerate(phase.transfers):
+        size = transfer.words * WORD_BYTES
+        accesses.setdefault(transfer.source, []).append(
+            (transfer.source_address, transfer.source_address + size, i, False,
+             int(send_first[i]), int(send_last[i]))
+        )
+        for tile, address in transfer.destinations:
+            accesses.setdefault(tile, []).append(
+                (address, address + size, i, True, int(receive_first[k]), int(receive_last[k]))
+            )
+            k += 1
+    for tile, items in accesses.items():
+        items.sort()
+        active: list[tuple[int, int, int, bool, int, int]] = []
+        for item in items:
+            low = item[0]
+            active = [a for a in active if a[1] > low]
+            for other in active:
+                if not (item[3] or other[3]) or item[2] == other[2]:
+                    continue
+                early, late = (other, item) if other[2] < item[2] else (item, other)
+                if late[4] < early[5]:
+                    raise ScheduleError(
+                        f"transfer {late[2]} touches tile {tile} at cycle {late[4]} before "
+                        f"transfer {early[2]} (overlapping bytes, earlier in program order) "
+                        f"finishes there at cycle {early[5]}"
+                    )
+            active.append(item)
+
+
+def _check_horizon(
+    horizon: int, send_stop: IntArray, send_piece: IntArray, receive_stop: IntArray,
+    receive_piece: IntArray, piece_name: _PieceNamer,
 ) -> None:
     if horizon < 0:
         raise ScheduleError(f"horizon {horizon} is negative")
-    if send_end.size == 0:
+    ends = np.concatenate((send_stop, receive_stop))
+    if ends.size == 0:
         return
-    latest_send = int(np.argmax(send_end))
-    real_end, culprit = int(send_end[latest_send]), latest_send
-    if arrival_end.size and int(arrival_end.max()) > real_end:
-        latest = int(np.argmax(arrival_end))
-        real_end, culprit = int(arrival_end[latest]), int(reception_piece[latest])
+    latest = int(np.argmax(ends))
+    culprit = np.concatenate((send_piece, receive_piece))[latest]
+    real_end = int(ends[latest])
     if horizon < real_end:
         raise ScheduleError(
             f"horizon {horizon} is smaller than the real end {real_end} "
-            f"(reached by {piece_name(culprit)})"
+            f"(reached by {piece_name(int(culprit))})"
         )

@@ -1,0 +1,175 @@
+"""The exchange scheduler: constructive greedies, then an improvement stage under a time budget.
+
+``optimize_phase`` runs, on the compiled phase (:mod:`ipu_stack.exchange.constraints`):
+
+1. the lower bounds (:mod:`ipu_stack.exchange.bounds`), so every stage can stop once a schedule
+   meets the strongest one (it is then optimal);
+2. the event-driven dense greedy and the earliest-fit list scheduler
+   (:mod:`ipu_stack.exchange.schedule_greedy`), keeping the better (``initial_horizon``);
+3. CP-SAT large-neighbourhood search (:mod:`ipu_stack.exchange.schedule_lns`) on what remains
+   of the time budget, while the schedule is above the bound.
+
+It reports the selected schedule and the seed's fields (``selected_kind``,
+``neighborhood_improvements``, ...). Deterministic: the same phase, model and budget give the
+same schedule (CP-SAT runs with a fixed seed and deterministic time limits).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ipu_stack.exchange.bounds import ENDPOINT, lower_bounds, strongest
+from ipu_stack.exchange.constraints import ResourceProblem, compile_phase
+from ipu_stack.exchange.model import (
+    IPU21_MODEL,
+    ExchangeModel,
+    ExchangePhase,
+    PhaseSchedule,
+    Piece,
+    maximum_identical_destinations,
+)
+from ipu_stack.exchange.schedule_greedy import dense_greedy, earliest_fit, horizon_of
+
+IntArray = npt.NDArray[np.int64]
+#: Default seconds for the whole of one phase's scheduling (bounds, greedies, improvement).
+DEFAULT_TIME_BUDGET = 1.0
+DENSE_GREEDY = "dense-greedy"
+EARLIEST_FIT = "earliest-fit"
+
+
+@dataclass(slots=True)
+class PhaseReport:
+    """What scheduling one phase produced, with the fields the bench and the build log print."""
+
+    schedule: PhaseSchedule
+    transfers: int
+    maximum_identical_destinations: int
+    initial_horizon: int
+    selected_horizon: int
+    endpoint_lower_bound: int
+    strongest_lower_bound: int
+    tight_bound: str
+    lower_bound_gap: int
+    selected_kind: str
+    neighborhood_improvements: int
+    seconds: float
+    bounds: dict[str, int] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, object]:
+        """The reported fields as a JSON-ready dict (without the schedule)."""
+        return {
+            "transfers": self.transfers,
+            "maximum_identical_destinations": self.maximum_identical_destinations,
+            "initial_horizon": self.initial_horizon,
+            "selected_horizon": self.selected_horizon,
+            "endpoint_lower_bound": self.endpoint_lower_bound,
+            "strongest_lower_bound": self.strongest_lower_bound,
+            "tight_bound": self.tight_bound,
+            "lower_bound_gap": self.lower_bound_gap,
+            "selected_kind": self.selected_kind,
+            "neighborhood_improvements": self.neighborhood_improvements,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def schedule_phase(
+    phase: ExchangePhase,
+    model: ExchangeModel = IPU21_MODEL,
+    time_budget: float = DEFAULT_TIME_BUDGET,
+) -> PhaseSchedule:
+    """Schedule one phase (see :func:`optimize_phase`) and return just the schedule.
+
+    Raises:
+        ScheduleError: if the phase is malformed.
+    """
+    return optimize_phase(phase, model, time_budget).schedule
+
+
+def optimize_phase(
+    phase: ExchangePhase,
+    model: ExchangeModel = IPU21_MODEL,
+    time_budget: float = DEFAULT_TIME_BUDGET,
+) -> PhaseReport:
+    """Schedule one phase as well as the time budget allows.
+
+    Args:
+        phase: the phase; it is validated first.
+        model: the rules the schedule must obey.
+        time_budget: wall-clock seconds for the whole call; the improvement stage uses what the
+            bounds and greedies leave (0 skips it).
+
+    Returns:
+        The report with the selected schedule.
+
+    Raises:
+        ScheduleError: if the phase is malformed.
+    """
+    started = time.perf_counter()
+    deadline = started + max(time_budget, 0.0)
+    phase.validate()
+    problem = compile_phase(phase, model)
+    if problem.count == 0:
+        empty = PhaseSchedule((), 0, DENSE_GREEDY, model, ())
+        return PhaseReport(empty, 0, 0, 0, 0, 0, 0, ENDPOINT, 0, DENSE_GREEDY, 0,
+                           time.perf_counter() - started, {})
+    bounds = lower_bounds(problem)
+    bound, tight = strongest(bounds)
+
+    candidates = [(dense_greedy(problem), DENSE_GREEDY)]
+    if horizon_of(problem, candidates[0][0]) > bound:
+        candidates.append((earliest_fit(problem), EARLIEST_FIT))
+    starts, kind = min(candidates, key=lambda c: (horizon_of(problem, c[0]), c[1]))
+    initial = horizon_of(problem, starts)
+    improvements = 0
+    if initial > bound and time.perf_counter() < deadline:
+        from ipu_stack.exchange.schedule_lns import improve
+
+        result = improve(problem, starts, bound, deadline)
+        if result.improvements:
+            starts, kind, improvements = result.starts, result.kind, result.improvements
+    horizon = horizon_of(problem, starts)
+    schedule = schedule_from_starts(problem, starts, kind, model)
+    return PhaseReport(
+        schedule=schedule,
+        transfers=problem.count,
+        maximum_identical_destinations=maximum_identical_destinations(phase),
+        initial_horizon=initial,
+        selected_horizon=horizon,
+        endpoint_lower_bound=bounds[ENDPOINT],
+        strongest_lower_bound=bound,
+        tight_bound=tight,
+        lower_bound_gap=horizon - bound,
+        selected_kind=kind,
+        neighborhood_improvements=improvements,
+        seconds=time.perf_counter() - started,
+        bounds=bounds,
+    )
+
+
+def schedule_from_starts(
+    problem: ResourceProblem, starts: IntArray, kind: str, model: ExchangeModel
+) -> PhaseSchedule:
+    """A one-piece-per-transfer schedule from send cycles, with first arrivals.
+
+    Args:
+        problem: the compiled phase.
+        starts: send cycle of every transfer.
+        kind: the scheduler's name.
+        model: the model the problem was compiled under.
+
+    Returns:
+        The schedule.
+    """
+    words = problem.arrays.words.tolist()
+    send = starts.tolist()
+    pieces = tuple((Piece(s, 0, w),) for s, w in zip(send, words, strict=True))
+    arrival = (starts[problem.arrays.destination_transfers] + problem.destination_latency).tolist()
+    bounds_of = problem.arrays.destination_starts.tolist()
+    first_arrivals = tuple(
+        tuple(arrival[bounds_of[i] : bounds_of[i + 1]]) for i in range(problem.count)
+    )
+    return PhaseSchedule(pieces, horizon_of(problem, starts), kind, model, first_arrivals)
