@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.bounds import endpoint_lower_bound
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
-from ipu_stack.exchange.schedule_greedy import schedule_phase
+from ipu_stack.exchange.scheduler import schedule_phase
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.low.lower import lower_program, plan_graph
