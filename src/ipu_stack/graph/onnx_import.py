@@ -1,0 +1,456 @@
+"""ONNX front end: an ONNX model becomes a ComputeGraph plus the data to feed it.
+
+Stages, in order:
+
+load          read the model; bind caller-given constants and input shapes
+check         ``onnx.checker`` and shape inference (shapes feed Shape folding and patterns)
+fold          evaluate every node whose inputs are all known (shape subgraphs, Constant, ...)
+match         find GeLU / attention / transpose-into-gemm patterns (``onnx_patterns``)
+live          walk back from the graph outputs so dead and folded nodes emit nothing
+emit          one or a few ComputeGraph operations per live node, in ONNX order
+
+Initializers used as tensors become parameters (their data is in ``OnnxBindings.parameters``);
+graph inputs become host inputs. What the machine cannot do fails with ``GraphError`` naming
+the ONNX node, its op type and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import NodeProto, TensorProto, numpy_helper
+
+from ipu_stack.errors import GraphError
+from ipu_stack.graph import onnx_ops
+from ipu_stack.graph.compute_graph import ComputeGraph, Value
+from ipu_stack.graph.onnx_ops import PRECISION_OF
+from ipu_stack.graph.onnx_patterns import (
+    AttentionFusion,
+    Fusion,
+    GeluFusion,
+    GemmFusion,
+    OnnxIndex,
+    attribute,
+    match_fusions,
+)
+
+NUMPY_OF = {"f32": np.float32, "f16": np.float16}
+#: Op types the importer emits (others only fold to constants or sit inside a pattern).
+SUPPORTED_OPS = (
+    "Add", "Attention", "Cast", "Div", "Gelu", "Gemm", "Identity", "LayerNormalization",
+    "MatMul", "Mul", "Reshape", "Slice", "Softmax", "Sub", "Transpose",
+)  # fmt: skip
+#: Never folded, even with constant inputs: their result is not a function of their inputs.
+NONDETERMINISTIC = ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
+                    "RandomUniform", "RandomUniformLike")  # fmt: skip
+
+
+@dataclass(slots=True)
+class OnnxBindings:
+    """How an imported graph's values relate to the ONNX model's names, and parameter data.
+
+    Attributes:
+        parameters: data of every graph parameter, by parameter name, in its precision.
+        inputs: ONNX graph input name -> its host input value (inputs nothing uses are absent).
+        outputs: ONNX graph output name -> the graph value holding it.
+        output_shapes: ONNX graph output name -> its ONNX shape (a rank-0 ONNX tensor is a
+            ``(1,)`` graph value).
+        ignored_inputs: ONNX graph inputs no output depends on.
+        fusions: one line per matched pattern (what was fused, which nodes it absorbed).
+        opset: the model's default-domain opset.
+    """
+
+    parameters: dict[str, np.ndarray] = field(default_factory=dict)
+    inputs: dict[str, Value] = field(default_factory=dict)
+    outputs: dict[str, Value] = field(default_factory=dict)
+    output_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    ignored_inputs: tuple[str, ...] = ()
+    fusions: list[str] = field(default_factory=list)
+    opset: int = 0
+
+    def feeds(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Everything a run needs, by graph value name: parameters plus ``inputs``.
+
+        Args:
+            inputs: arrays by ONNX graph input name (extra names are ignored).
+
+        Raises:
+            GraphError: if a used input is missing or has the wrong number of elements.
+        """
+        feeds = dict(self.parameters)
+        for onnx_name, value in self.inputs.items():
+            if onnx_name not in inputs:
+                raise GraphError(f"no data for ONNX graph input {onnx_name!r}")
+            array = np.asarray(inputs[onnx_name])
+            if array.size != value.size:
+                raise GraphError(
+                    f"ONNX graph input {onnx_name!r}: expected shape {value.shape}, "
+                    f"got {array.shape}"
+                )
+            feeds[value.name] = array.astype(NUMPY_OF[value.dtype]).reshape(value.shape)
+        return feeds
+
+    def onnx_outputs(self, results: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Results by graph value name -> results by ONNX output name, in ONNX shapes."""
+        named = {}
+        for onnx_name, value in self.outputs.items():
+            array = np.asarray(results[value.name])
+            shape = self.output_shapes.get(onnx_name, value.shape)
+            named[onnx_name] = array.reshape(shape) if array.size == int(np.prod(shape)) else array
+        return named
+
+
+def import_onnx(
+    model: onnx.ModelProto | str | os.PathLike[str],
+    *,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    constants: Mapping[str, np.ndarray] | None = None,
+) -> tuple[ComputeGraph, OnnxBindings]:
+    """Import an ONNX model as a ComputeGraph.
+
+    Args:
+        model: a ModelProto or the path of a ``.onnx`` file.
+        input_shapes: static shapes for graph inputs with symbolic dimensions.
+        constants: graph inputs to bind as compile-time constants (e.g. the ``shape`` input of
+            a Reshape), by name.
+
+    Returns:
+        The graph (outputs set) and its ``OnnxBindings``.
+
+    Raises:
+        GraphError: the model is malformed, or uses an operator, attribute or data type
+            ipu-stack does not support; the message names the node and its op type.
+    """
+    proto = _load(model)
+    return Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
+
+
+# -- load and check -----------------------------------------------------------------------------
+def _load(model: onnx.ModelProto | str | os.PathLike[str]) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    try:
+        return onnx.load(os.fspath(model))
+    except FileNotFoundError:
+        raise GraphError(f"ONNX model {os.fspath(model)!r} not found") from None
+    except Exception as err:  # protobuf raises DecodeError and friends
+        raise GraphError(f"cannot read ONNX model {os.fspath(model)!r}: {err}") from None
+
+
+def describe(node: NodeProto, position: int) -> str:
+    """How error messages name an ONNX node."""
+    label = repr(node.name) if node.name else f"#{position} (output {node.output[0]!r})"
+    return f"ONNX node {label} ({node.op_type})"
+
+
+def _static_shape(value_info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+    tensor = value_info.type.tensor_type
+    if not tensor.HasField("shape"):
+        return None
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+    return None if any(d < 0 for d in dims) else dims
+
+
+def _dtype_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"element type {elem_type}"
+
+
+def _opset(proto: onnx.ModelProto) -> int:
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise GraphError("the ONNX model imports no default-domain (ai.onnx) opset")
+
+
+class Importer:
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        input_shapes: dict[str, tuple[int, ...]],
+        constants: dict[str, np.ndarray],
+    ) -> None:
+        self.opset = _opset(proto)
+        graph = proto.graph
+        initializer_names = {t.name for t in graph.initializer}
+        declared = {i.name for i in graph.input}
+        for name in [*input_shapes, *constants]:
+            if name not in declared:
+                raise GraphError(f"{name!r} is not an input of the ONNX graph")
+        # Bound constants become initializers, so shape inference sees their values.
+        for name, array in constants.items():
+            graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+        kept = [i for i in graph.input if i.name not in constants]
+        del graph.input[:]
+        graph.input.extend(kept)
+        for value_info in graph.input:
+            if value_info.name in input_shapes:
+                shape = value_info.type.tensor_type.shape
+                del shape.dim[:]
+                for d in input_shapes[value_info.name]:
+                    shape.dim.add().dim_value = int(d)
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as err:
+            raise GraphError(f"invalid ONNX model: {str(err).strip().splitlines()[0]}") from None
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        except Exception as err:  # InferenceError: inconsistent shapes or types
+            raise GraphError(f"ONNX shape inference failed: {err}") from None
+        self.graph_proto = proto.graph
+        self.inputs = {
+            i.name: i for i in proto.graph.input if i.name not in initializer_names | set(constants)
+        }
+        self.index = OnnxIndex(
+            list(proto.graph.node), self.opset, frozenset(o.name for o in proto.graph.output)
+        )
+        for value_info in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]:
+            shape = _static_shape(value_info)
+            if shape is not None:
+                self.index.shapes[value_info.name] = shape
+        self.elem_types = {
+            vi.name: vi.type.tensor_type.elem_type
+            for vi in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]
+        }
+        for tensor in proto.graph.initializer:
+            self.index.constants[tensor.name] = numpy_helper.to_array(tensor)
+        self.fold_failures: dict[int, str] = {}
+        self.graph = ComputeGraph()
+        self.bindings = OnnxBindings(opset=self.opset)
+        self.env: dict[str, Value] = {}
+        self.params: dict[tuple[str, str], Value] = {}
+        self.taken: set[str] = set()
+
+    # -- driver ---------------------------------------------------------------------------------
+    def run(self) -> tuple[ComputeGraph, OnnxBindings]:
+        self._check_order()
+        self._fold()
+        plan = match_fusions(self.index)
+        self.bindings.fusions = plan.notes
+        live = self._live(plan.roots)
+        for position, node in enumerate(self.index.nodes):
+            if position not in live:
+                continue
+            try:
+                self._emit(node, position, plan.roots.get(position), live[position])
+            except GraphError as err:
+                raise GraphError(f"{describe(node, position)}: {err}") from None
+        self._outputs()
+        self.bindings.ignored_inputs = tuple(n for n in self.inputs if n not in self.env)
+        self.graph.verify()
+        return self.graph, self.bindings
+
+    def _check_order(self) -> None:
+        known = set(self.index.constants) | set(self.inputs)
+        for position, node in enumerate(self.index.nodes):
+            for name in node.input:
+                if name and name not in known:
+                    raise GraphError(
+                        f"{describe(node, position)}: input {name!r} is not a graph input, an "
+                        "initializer or the output of an earlier node"
+                    )
+            known.update(o for o in node.output if o)
+
+    def _fold(self) -> None:
+        from onnx.reference import ReferenceEvaluator
+
+        constants, shapes = self.index.constants, self.index.shapes
+        for position, node in enumerate(self.index.nodes):
+            inputs = [n for n in node.input if n]
+            if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC:
+                continue
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                   for a in node.attribute):  # fmt: skip
+                continue
+            if node.op_type in ("Shape", "Size") and inputs and inputs[0] in shapes:
+                shape = np.array(shapes[inputs[0]], dtype=np.int64)
+                if node.op_type == "Size":
+                    constants[node.output[0]] = np.array(int(np.prod(shape)), dtype=np.int64)
+                else:
+                    start = int(attribute(node, "start", 0))  # type: ignore[call-overload]
+                    end = attribute(node, "end", None)
+                    constants[node.output[0]] = shape[start : None if end is None else int(end)]  # type: ignore[call-overload]
+                continue
+            if not all(n in constants for n in inputs):
+                continue
+            try:
+                results = ReferenceEvaluator(node).run(None, {n: constants[n] for n in inputs})
+            except Exception as err:  # the reference raises whatever NumPy raises
+                self.fold_failures[position] = f"{type(err).__name__}: {err}"
+                continue
+            for name, result in zip(node.output, results, strict=False):
+                if name:
+                    constants[name] = np.asarray(result)
+
+    def _live(self, roots: dict[int, Fusion]) -> dict[int, set[str]]:
+        """Nodes some graph output depends on, with which of their outputs are needed."""
+        live: dict[int, set[str]] = {}
+        stack = [o.name for o in self.graph_proto.output]
+        seen: set[str] = set()
+        while stack:
+            name = stack.pop()
+            if name in seen or name in self.index.constants or name in self.inputs:
+                continue
+            seen.add(name)
+            position = self.index.producer[name]
+            first = position not in live
+            live.setdefault(position, set()).add(name)
+            if first:
+                fusion = roots.get(position)
+                node = self.index.nodes[position]
+                operands = list(node.input)
+                if fusion is not None:
+                    # A Gemm's C input stays an operand of the fused node.
+                    operands = [*fusion.operands, *node.input[2:3]]
+                stack.extend(n for n in operands if n)
+        return live
+
+    # -- values ---------------------------------------------------------------------------------
+    def _fresh(self, name: str, suffix: str = "") -> str:
+        candidate, n = name, 1
+        while candidate + suffix in self.taken:
+            n += 1
+            candidate = f"{name}#{n}"
+        self.taken.add(candidate + suffix)
+        return candidate
+
+    def constant(self, name: str) -> np.ndarray | None:
+        return self.index.constants.get(name) if name else None
+
+    def value(self, name: str) -> Value:
+        """The graph value of an ONNX tensor: computed, a host input, or a constant parameter."""
+        if name in self.env:
+            return self.env[name]
+        const = self.constant(name)
+        if const is not None:
+            return self.parameter(name, const)
+        if name in self.inputs:
+            return self._host_input(name)
+        raise GraphError(f"tensor {name!r} has no value (internal: not emitted)")
+
+    def _host_input(self, name: str) -> Value:
+        info = self.inputs[name]
+        elem = info.type.tensor_type.elem_type
+        if elem not in PRECISION_OF:
+            raise GraphError(
+                f"graph input {name!r} is {_dtype_name(elem)}; ipu-stack computes in float16 "
+                "and float32 (bind integer inputs as constants)"
+            )
+        shape = self.index.shapes.get(name)
+        if shape is None:
+            raise GraphError(
+                f"graph input {name!r} has a symbolic or unknown shape; pass "
+                f"input_shapes={{{name!r}: (...)}}"
+            )
+        if 0 in shape:
+            raise GraphError(f"graph input {name!r} has an empty dimension: shape {shape}")
+        value = self.graph.host_input(self._fresh(name), shape or (1,), PRECISION_OF[elem])
+        self.env[name] = value
+        self.bindings.inputs[name] = value
+        return value
+
+    def parameter(self, name: str, array: np.ndarray, dtype: str | None = None) -> Value:
+        """A parameter holding ``array`` (rank 0 becomes (1,)), converted to ``dtype``."""
+        array = np.asarray(array)
+        if dtype is None:
+            if array.dtype not in (np.float16, np.float32):
+                raise GraphError(
+                    f"{name!r} is a {array.dtype} constant used as a tensor; ipu-stack computes "
+                    "in float16 and float32"
+                )
+            dtype = "f16" if array.dtype == np.float16 else "f32"
+        key = (name, dtype)
+        if key not in self.params:
+            if array.size == 0:
+                raise GraphError(f"constant {name!r} is empty (shape {array.shape})")
+            data = array.astype(NUMPY_OF[dtype]).reshape(array.shape or (1,))
+            value = self.graph.parameter(self._fresh(name), data.shape, dtype)
+            self.bindings.parameters[value.name] = data
+            self.params[key] = value
+        return self.params[key]
+
+    def derived(self, base: str, role: str, array: np.ndarray, like: Value) -> Value:
+        """A new constant parameter (a scale, a negated subtrahend...) in ``like``'s precision."""
+        return self.parameter(f"{base}.{role}", np.asarray(array, dtype=np.float64), like.dtype)
+
+    def op_name(self, base: str) -> str:
+        return self._fresh(base, ".out")
+
+    # -- emission -------------------------------------------------------------------------------
+    def _emit(
+        self, node: NodeProto, position: int, fusion: Fusion | None, needed: set[str]
+    ) -> None:
+        out = node.output[0]
+        if isinstance(fusion, GeluFusion):
+            self.env[out] = self.graph.gelu(self.value(fusion.x), name=self.op_name(out))
+            return
+        if isinstance(fusion, AttentionFusion):
+            self.env[out] = onnx_ops.attention_fusion(self, fusion, out)
+            return
+        if node.domain not in ("", "ai.onnx"):
+            raise GraphError(f"operators of domain {node.domain!r} are not supported")
+        emitter = onnx_ops.EMITTERS.get(node.op_type)
+        if emitter is None:
+            raise GraphError(self._unsupported_reason(node, position))
+        extra = [n for n in node.output[1:] if n in needed]
+        if extra:
+            raise GraphError(
+                f"output(s) {', '.join(map(repr, extra))} are not supported; only the first "
+                f"output {out!r} of {node.op_type} can be computed"
+            )
+        gemm = fusion if isinstance(fusion, GemmFusion) else None
+        self.env[out] = emitter(self, node, gemm)
+
+    def _unsupported_reason(self, node: NodeProto, position: int) -> str:
+        reason = f"op type {node.op_type!r} is not supported"
+        if node.op_type == "Erf":
+            reason += " (Erf is accepted only inside the GeLU pattern x*0.5*(1+erf(x/sqrt(2))))"
+        elif node.op_type == "Where":
+            reason += " (Where is accepted only as a constant causal mask of an attention pattern)"
+        elif position in self.fold_failures:
+            reason += (
+                f" (its inputs are constant but folding failed: {self.fold_failures[position]})"
+            )
+        else:
+            unknown = [n for n in node.input if n and n not in self.index.constants]
+            if node.op_type in ("Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze"):
+                reason += (
+                    f" at run time (it folds only when its inputs are constant or have static "
+                    f"shapes; not known: {', '.join(map(repr, unknown))})"
+                )
+        return f"{reason}; supported: {', '.join(SUPPORTED_OPS)}"
+
+    def _outputs(self) -> None:
+        values = []
+        for out in self.graph_proto.output:
+            name = out.name
+            value = self.env.get(name)
+            producer = None if value is None else self.graph.producer(value.id)
+            if value is None or producer is None or value in values:
+                # An input, a constant or a repeated output still needs its own computed value.
+                source = self.value(name)
+                value = self.graph.view(source, source.shape, name=self.op_name(name))
+            values.append(value)
+            self.bindings.outputs[name] = value
+            shape = self.index.shapes.get(name)
+            if shape is None and name in self.index.constants:
+                shape = tuple(self.index.constants[name].shape)
+            self.bindings.output_shapes[name] = shape if shape is not None else value.shape
+            elem = self.elem_types.get(name)
+            if elem is not None and elem in PRECISION_OF and PRECISION_OF[elem] != value.dtype:
+                raise GraphError(
+                    f"graph output {name!r}: declared {_dtype_name(elem)} but computes "
+                    f"{value.dtype}"
+                )
+        if not values:
+            raise GraphError("the ONNX graph has no outputs")
+        self.graph.set_outputs(*values)
