@@ -72,7 +72,9 @@ class _Builder:
         scale = self.const(
             f"{base}.weight", (1 + self.rng.normal(0, 0.1, channels)).astype(NUMPY[self.dtype])
         )
-        bias = self.const(f"{base}.bias", self.rng.normal(0, 0.1, channels).astype(NUMPY[self.dtype]))
+        bias = self.const(
+            f"{base}.bias", self.rng.normal(0, 0.1, channels).astype(NUMPY[self.dtype])
+        )
         return self.node("LayerNormalization", [x, scale, bias], axis=-1, epsilon=1e-6)
 
     def model(

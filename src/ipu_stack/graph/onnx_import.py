@@ -341,9 +341,14 @@ class Importer:
         info = self.inputs[name]
         elem = info.type.tensor_type.elem_type
         if elem not in PRECISION_OF:
+            hint = (
+                " (an integer input can be bound as a constant)"
+                if "int" in _dtype_name(elem)
+                else ""
+            )
             raise GraphError(
                 f"graph input {name!r} is {_dtype_name(elem)}; ipu-stack computes in float16 "
-                "and float32 (bind integer inputs as constants)"
+                f"and float32{hint}"
             )
         shape = self.index.shapes.get(name)
         if shape is None:

@@ -31,6 +31,7 @@ import numpy as np
 from ipu_stack.errors import SimulationError
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.kernels.registry import KernelSpec, gemm_kernel
 from ipu_stack.low.costs import add_call_cycles, copy_call_cycles, map_call_cycles
 from ipu_stack.low.program import (
     AddCall,
@@ -47,7 +48,6 @@ from ipu_stack.low.program import (
 )
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
-from ipu_stack.target.gemm_cycles import gemm_kernel_cycles
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
 
@@ -56,7 +56,9 @@ def call_cycles(call: KernelCall) -> int:
     """Cycles of one kernel call, launch included (target formulas)."""
     launch = ipu21.KERNEL_LAUNCH_CYCLES
     if isinstance(call, GemmCall):
-        return gemm_kernel_cycles(call.rows, call.k, call.c, call.precision, call.weights) + launch
+        spec = gemm_kernel(call.precision.name, call.weights)
+        assert spec.cycles is not None
+        return spec.cycles(call.rows, call.k, call.c) + launch
     if isinstance(call, AddCall):
         return add_call_cycles(call)
     if isinstance(call, MapCall):
@@ -354,37 +356,33 @@ class SimDevice:
         accumulate: bool,
         step: int,
     ) -> None:
+        # Operand rules, semantics: the kernel registry's definition (one per kernel).
+        spec = gemm_kernel(precision.name, group[0].weights)
+        assert spec.reference is not None
         dtype = np.dtype(precision.numpy_name)
         eb = dtype.itemsize
-        align = ipu21.AMP_OPERAND_ALIGNMENT
         lefts = np.empty((len(group), rows, k), dtype)
         rights = np.empty((len(group), k, c), dtype)
         outs = np.empty((len(group), rows, c), dtype)
         out_offsets = []
         for i, call in enumerate(group):
             t = call.tile
-            lo = self._span(placement, t, call.left, rows * k * eb, step, align, "gemm left")
-            ro = self._span(placement, t, call.right, k * c * eb, step, align, "gemm right")
-            oo = self._span(placement, t, call.out, rows * c * eb, step, align, "gemm output")
+            rules = gemm_kernel(precision.name, call.weights)
+            sizes = {"left": rows * k * eb, "right": k * c * eb, "output": rows * c * eb}
+            spans = {}
+            for name, ref in (("left", call.left), ("right", call.right), ("output", call.out)):
+                align = rules.operand(name).alignment
+                spans[name] = self._span(
+                    placement, t, ref, sizes[name], step, align, f"gemm {name}"
+                )
+            _check_kernel_memory(rules, spans, sizes, t, step)
+            lo, ro, oo = spans["left"], spans["right"], spans["output"]
             lefts[i] = mem[t, lo : lo + rows * k * eb].view(dtype).reshape(rows, k)
             rights[i] = mem[t, ro : ro + k * c * eb].view(dtype).reshape(k, c)
             if accumulate:
                 outs[i] = mem[t, oo : oo + rows * c * eb].view(dtype).reshape(rows, c)
             out_offsets.append((t, oo))
-        if not accumulate:
-            outs[...] = 0
-        if precision.name == "f16":
-            left32, right32 = lefts.astype(np.float32), rights.astype(np.float32)
-            acc32 = outs.astype(np.float32)
-            panel = np.empty_like(acc32)
-            for p in range(0, k, precision.k_micro):
-                q = p + precision.k_micro
-                np.matmul(left32[:, :, p:q], right32[:, p:q, :], out=panel)
-                acc32 += panel
-                outs[...] = acc32  # the partial is written back to memory as f16
-                acc32[...] = outs
-        else:
-            outs = (outs + np.matmul(lefts, rights)).astype(dtype)
+        outs = spec.reference(lefts, rights, outs, accumulate).astype(dtype, copy=False)
         nbytes = rows * c * eb
         for i, (t, oo) in enumerate(out_offsets):
             mem[t, oo : oo + nbytes] = outs[i].reshape(-1).view(np.uint8)
@@ -418,6 +416,42 @@ class SimDevice:
         for (_, _, n, dsts), words in zip(moves, data, strict=True):
             for tile, dst in dsts:
                 mem[tile, dst : dst + n] = words
+
+
+def _elements(offset: int, size: int) -> set[tuple[str, int]]:
+    """Memory elements (16 KiB standard, 32 KiB interleaved pairs) a byte span touches."""
+    out = set()
+    for address in range(offset, offset + size, ipu21.ELEMENT_BYTES):
+        out.add(_element(address + ipu21.TILE_MEMORY_BASE))
+    out.add(_element(offset + size - 1 + ipu21.TILE_MEMORY_BASE))
+    return out
+
+
+def _element(address: int) -> tuple[str, int]:
+    if address < ipu21.INTERLEAVED_BASE:
+        return ("standard", address // ipu21.ELEMENT_BYTES)
+    return ("interleaved", (address - ipu21.INTERLEAVED_BASE) // ipu21.INTERLEAVED_ELEMENT_BYTES)
+
+
+def _check_kernel_memory(
+    spec: KernelSpec, spans: dict[str, int], sizes: dict[str, int], tile: int, step: int
+) -> None:
+    """A kernel's operand regions and memory-element relations, as its registry entry states."""
+    for name, offset in spans.items():
+        address = offset + ipu21.TILE_MEMORY_BASE
+        if spec.operand(name).region == "interleaved" and address < ipu21.INTERLEAVED_BASE:
+            raise SimulationError(
+                f"step {step} tile {tile}: {spec.name} {name} at {address:#x} must be in the "
+                f"interleaved region (from {ipu21.INTERLEAVED_BASE:#x})"
+            )
+    for rel in spec.relations:
+        a, b = rel.operands
+        shared = _elements(spans[a], sizes[a]) & _elements(spans[b], sizes[b])
+        if rel.kind == "distinct_element" and shared:
+            raise SimulationError(
+                f"step {step} tile {tile}: {spec.name} {a} and {b} share a memory element "
+                f"({rel.why})"
+            )
 
 
 def _check_disjoint(
