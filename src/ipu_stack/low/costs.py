@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ipu_stack.kernels.registry import gemm_kernel
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.target import ipu21
-from ipu_stack.target.gemm_cycles import gemm_kernel_cycles
 from ipu_stack.target.op_cycles import attention_cycles, elementwise_cycles, row_kernel_cycles
 
 
@@ -42,8 +42,9 @@ def map_call_cycles(call: MapCall) -> int:
 def call_cycles(call: KernelCall) -> int:
     """Cycles of any kernel call, launch included (the target formulas)."""
     if isinstance(call, GemmCall):
-        cycles = gemm_kernel_cycles(call.rows, call.k, call.c, call.precision, call.weights)
-        return cycles + ipu21.KERNEL_LAUNCH_CYCLES
+        spec = gemm_kernel(call.precision.name, call.weights)  # the registry's cycle model
+        assert spec.cycles is not None
+        return spec.cycles(call.rows, call.k, call.c) + ipu21.KERNEL_LAUNCH_CYCLES
     if isinstance(call, AddCall):
         return add_call_cycles(call)
     if isinstance(call, MapCall):

@@ -8,7 +8,7 @@ reduce-scatter (an exchange phase plus an add on each tile). The whole space is 
 once with NumPy; there are typically 10^4-10^5 candidates.
 
 Cost model (all per busiest tile, in cycles):
-    kernel      = batches x (gemm_kernel_cycles(rows, kc, c) + launch)
+    kernel      = batches x (kernel registry cycles(rows, kc, c) + launch)
     operands    = words to receive for exchanged operands (host inputs are delivered split
                   across the tiles that share a block and multicast between them: a group of
                   g >= 3 tiles needs the whole block time, g == 2 half of it, g == 1 nothing)
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ipu_stack.errors import PlanError
+from ipu_stack.kernels.registry import gemm_cycles_array
 from ipu_stack.target import ipu21
-from ipu_stack.target.gemm_cycles import gemm_kernel_cycles_array
 from ipu_stack.target.ipu21 import Precision
 
 STANDARD_DATA_BYTES = (
@@ -210,8 +210,8 @@ def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[G
 
     # Kernel cycles of the busiest tile: full steps plus a shorter last step.
     last = kb - (steps - 1) * ksb
-    per_step = gemm_kernel_cycles_array(rb, kstep, cols, p.precision, wint) + launch
-    last_step = gemm_kernel_cycles_array(rb, last * kmicro, cols, p.precision, wint) + launch
+    per_step = gemm_cycles_array(rb, kstep, cols, p.precision, wint) + launch
+    last_step = gemm_cycles_array(rb, last * kmicro, cols, p.precision, wint) + launch
     kernel = bb * ((steps - 1) * per_step + last_step)
 
     left_slots = bb if p.left_batched else np.ones_like(bb)

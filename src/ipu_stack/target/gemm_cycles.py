@@ -4,7 +4,11 @@ Sources: `shared/docs/ipu21-facts.md` §13.2 (formulas of the reference implemen
 and §13.3 (measured validation points on a C600, [T]). The F32 form is our inference [I]:
 `f32sisov2amp` runs 16 MAC/cycle (facts §3) on K8 x C16 panels (facts §15.1), and a K8 x C16
 F32 panel has the same 512 bytes of coefficients as a K16 x C16 F16 panel, so it keeps the
-same per-panel weight-load overhead while its row term doubles.
+same per-panel weight-load overhead while its row term doubles. F8 "halves K" (facts §13.2,
+SEPT): a K32 x C16 panel at 128 MAC/cycle costs what a K16 x C16 F16 panel costs.
+
+Callers reach these formulas through :mod:`ipu_stack.kernels.registry` (each GEMM kernel's
+``cycles`` and ``cycles_array``), so the simulator and the planner share one definition.
 """
 
 from __future__ import annotations
@@ -97,21 +101,23 @@ def packed_gemm_kernel_cycles(
 
 
 def gemm_kernel_cycles_array(
-    rows: np.ndarray, k: np.ndarray, c: np.ndarray, precision: Precision, weights: np.ndarray
+    rows: np.ndarray, k: np.ndarray, c: np.ndarray, precision: Precision, weights: str
 ) -> np.ndarray:
     """Vectorised :func:`gemm_kernel_cycles` over arrays of shapes (same formula).
 
-    ``weights`` is a boolean array: True for interleaved weights, False for standard.
+    ``weights`` is ``"interleaved"`` or ``"standard"``; callers choose per element with
+    ``np.where`` (see :func:`ipu_stack.kernels.registry.gemm_cycles_array`).
     """
     rows, k, c = (np.asarray(x, dtype=np.int64) for x in (rows, k, c))
     rate_ratio = (precision.k_micro * precision.c_micro) // precision.amp_macs_per_cycle
     row_cycles = rows * ROW_CYCLES_PER_PANEL * rate_ratio // 4
     k_panels = -(-k // precision.k_micro)
     c_groups = -(-c // precision.c_micro)
-    interleaved = CALL_OVERHEAD_CYCLES + k_panels * c_groups * (row_cycles + PANEL_OVERHEAD_CYCLES)
-    standard = CALL_OVERHEAD_CYCLES + k_panels * (
-        -(-(c * row_cycles) // precision.c_micro)
-        + -(-(c_groups * STANDARD_WEIGHT_PANEL_GROUP) // 4)
-    )
-    out = np.where(np.asarray(weights, dtype=bool), interleaved, standard)
+    if weights == "interleaved":
+        out = CALL_OVERHEAD_CYCLES + k_panels * c_groups * (row_cycles + PANEL_OVERHEAD_CYCLES)
+    else:
+        out = CALL_OVERHEAD_CYCLES + k_panels * (
+            -(-(c * row_cycles) // precision.c_micro)
+            + -(-(c_groups * STANDARD_WEIGHT_PANEL_GROUP) // 4)
+        )
     return np.where((rows > 0) & (k > 0) & (c > 0), out, 0)

@@ -70,6 +70,10 @@ class Precision:
 
 F16 = Precision("f16", 2, 64, 16, 16, "float16")
 F32 = Precision("f32", 4, 16, 8, 16, "float32")
+# F143 (1 sign, 4 exponent, 3 mantissa bits; bias 8, max 240, NaN = 0x80): ml_dtypes'
+# float8_e4m3fnuz. AMP rate facts §3 [I], K micro 32 facts §15.1 [T], format reference-system §1.4.
+# GEMM kernels only (kernels.registry); graphs do not offer it, so it is not in PRECISIONS.
+F8 = Precision("f8", 1, 128, 32, 16, "float8_e4m3fnuz")
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (F16, F32)}
 
 

@@ -1,0 +1,438 @@
+"""Kernel ABI registry: every tile kernel the planner can call, defined once.
+
+Each :class:`KernelSpec` states a kernel's entry symbols, operand registers, operand layouts
+and alignment, memory-element relations, status (``implemented``: device code exists in
+``kernels/templates``; ``required``: the planner and simulator use it but no device code
+exists yet), its NumPy reference semantics and its cycle model. The simulator
+(:mod:`ipu_stack.runtime.sim`) runs ``reference`` and charges ``cycles``; the planner
+(:mod:`ipu_stack.mid.gemm_plan`) charges ``cycles_array``; the kernel build
+(:mod:`ipu_stack.kernels.build`) renders ``source`` with a variant's flags. Nothing else
+defines what a kernel computes or costs.
+
+Calling convention (reference-system §2.11, facts §19.3): supervisor entry, ``$m2`` output,
+``$m3``.. inputs, scalars after the inputs, ``$m10`` return address, ``$m11`` stack.
+
+GEMM variants follow the reference's naming scheme (reference-system §4.2, SEPT-mid):
+``gemm_{f16|f8|f32}{_interleaved}{_packed{G}}_k{K}_c{C}_r{S}_r{L}`` where K and C are the
+padded local inner and output-column extents, S <= L the two row counts of the tiles that run
+the unit (S == L for a single row count), and G the packed-output column group.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.kernels import semantics
+from ipu_stack.target import gemm_cycles, ipu21
+from ipu_stack.target.ipu21 import F8, F16, F32, Precision
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+GEMM_TEMPLATE = TEMPLATE_DIR / "gemm_amp.S"
+ENTRY_PREFIX = "ipu_stack_"
+
+IMPLEMENTED = "implemented"
+REQUIRED = "required"
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """One kernel operand: what register carries it and how its memory must look."""
+
+    name: str
+    role: str  # output | input | scalar
+    register: str
+    dtype: str
+    layout: str
+    alignment: int = 1  # bytes; 1 for scalars
+    region: str = "any"  # interleaved | standard | any
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRelation:
+    """A constraint between two operands' memory (facts §5)."""
+
+    kind: str  # distinct_element
+    operands: tuple[str, str]
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpec:
+    """A tile kernel's ABI, semantics and cost (see module docstring)."""
+
+    name: str
+    summary: str
+    status: str
+    operands: tuple[Operand, ...]
+    entry_symbols: tuple[str, ...]  # patterns; {fields} filled from the variant
+    relations: tuple[MemoryRelation, ...] = ()
+    source: Path | None = None
+    reference: Callable[..., Any] | None = None
+    cycles: Callable[..., int] | None = None
+    cycles_array: Callable[..., np.ndarray] | None = None
+
+    def operand(self, name: str) -> Operand:
+        for op in self.operands:
+            if op.name == name:
+                return op
+        raise KeyError(f"kernel {self.name} has no operand {name!r}")
+
+    def describe(self) -> dict[str, object]:
+        """JSON-friendly summary (what ``kernel.json`` and docs print)."""
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "status": self.status,
+            "source": self.source.name if self.source else None,
+            "entry_symbols": list(self.entry_symbols),
+            "operands": [
+                {
+                    "name": o.name,
+                    "role": o.role,
+                    "register": o.register,
+                    "dtype": o.dtype,
+                    "layout": o.layout,
+                    "alignment": o.alignment,
+                    "region": o.region,
+                }
+                for o in self.operands
+            ],
+            "relations": [
+                {"kind": r.kind, "operands": list(r.operands), "why": r.why} for r in self.relations
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GemmKernelSpec(KernelSpec):
+    """An AMP GEMM kernel family: one precision, one weight memory class, packed or not."""
+
+    precision: Precision = F16
+    interleaved: bool = True
+    packed: bool = False
+
+    @property
+    def weights(self) -> str:
+        return "interleaved" if self.interleaved else "standard"
+
+    def variant(self, k: int, c: int, rows: Iterable[int], group: int = 0) -> GemmVariant:
+        """The compile unit for local extents K x C run by tiles with these row counts."""
+        counts = sorted(set(rows))
+        if not 1 <= len(counts) <= 2:
+            raise GraphError(f"a GEMM unit serves one or two row counts, got {counts}")
+        if self.packed != bool(group):
+            raise GraphError(f"kernel {self.name}: output group {group} does not match")
+        return GemmVariant(self, k, c, counts[0], counts[-1], group)
+
+
+GEMM_PHASES = ("init", "accumulate")
+GEMM_SIZES = ("small", "large")
+_GEMM_NAME = re.compile(
+    r"^gemm_(?P<p>f16|f8|f32)(?P<il>_interleaved)?(?:_packed(?P<g>\d+))?"
+    r"_k(?P<k>\d+)_c(?P<c>\d+)_r(?P<s>\d+)_r(?P<l>\d+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmVariant:
+    """One GEMM compile unit: a family specialised to K, C, a row-count pair and group."""
+
+    spec: GemmKernelSpec
+    k: int
+    c: int
+    small_rows: int
+    large_rows: int
+    group: int = 0
+
+    def __post_init__(self) -> None:
+        p = self.spec.precision
+        problems = []
+        if self.k <= 0 or self.k % p.k_micro:
+            problems.append(f"K={self.k} must be a positive multiple of {p.k_micro}")
+        if self.c <= 0 or self.c % p.c_micro:
+            problems.append(f"C={self.c} must be a positive multiple of {p.c_micro}")
+        if not 1 <= self.small_rows <= self.large_rows:
+            problems.append(
+                f"rows must satisfy 1 <= S <= L, got {self.small_rows}, {self.large_rows}"
+            )
+        if self.group and (self.group % 16 or self.group > 1024):
+            problems.append(f"output group G={self.group} must be a multiple of 16, <= 1024")
+        if problems:
+            raise GraphError(f"bad GEMM variant {self.spec.name}: " + "; ".join(problems))
+
+    @property
+    def single_rows(self) -> bool:
+        return self.small_rows == self.large_rows
+
+    def _suffix(self) -> str:
+        il = "_interleaved" if self.spec.interleaved else ""
+        packed = f"_packed{self.group}" if self.group else ""
+        return f"{il}{packed}_k{self.k}_c{self.c}_r{self.small_rows}_r{self.large_rows}"
+
+    @property
+    def name(self) -> str:
+        return f"gemm_{self.spec.precision.name}{self._suffix()}"
+
+    def entry_symbol(self, phase: str, rows: int) -> str:
+        """The entry a tile with ``rows`` rows calls (``phase``: init or accumulate)."""
+        if rows not in (self.small_rows, self.large_rows):
+            raise KeyError(f"{self.name} serves rows {self.small_rows}/{self.large_rows}")
+        size = "small" if rows == self.small_rows else "large"
+        return f"{ENTRY_PREFIX}gemm_{self.spec.precision.name}_{phase}_{size}_rows{self._suffix()}"
+
+    @property
+    def entry_symbols(self) -> dict[str, str]:
+        sizes = ("small",) if self.single_rows else GEMM_SIZES
+        out = {}
+        for phase in GEMM_PHASES:
+            for size in sizes:
+                rows = self.small_rows if size == "small" else self.large_rows
+                out[f"{phase}_{size}"] = self.entry_symbol(phase, rows)
+        return out
+
+    @property
+    def source(self) -> Path:
+        assert self.spec.source is not None, f"{self.spec.name} has no device code"
+        return self.spec.source
+
+    def flags(self) -> list[str]:
+        """The ``-D`` flags that specialise :data:`GEMM_TEMPLATE` to this unit."""
+        flags = [
+            f"-DGEMM_INNER_BLOCK_DIMENSION={self.k}",
+            f"-DGEMM_OUTPUT_COLUMNS={self.c}",
+            f"-DGEMM_SMALL_ROWS={self.small_rows}",
+            f"-DGEMM_LARGE_ROWS={self.large_rows}",
+        ]
+        if self.single_rows:
+            flags.append("-DGEMM_SINGLE_ROWS=1")
+        if self.spec.interleaved:
+            flags.append("-DGEMM_INTERLEAVED_WEIGHTS=1")
+        if self.group:
+            flags.append(f"-DGEMM_OUTPUT_GROUP={self.group}")
+        if self.spec.precision is F8:
+            flags.append("-DGEMM_NATIVE_FP8=1")
+        for key, symbol in self.entry_symbols.items():
+            flags.append(f"-DGEMM_{key.upper()}_SYMBOL={symbol}")
+        return flags
+
+
+def _gemm_operands(precision: Precision, interleaved: bool, packed: bool) -> tuple[Operand, ...]:
+    out_dtype = "f32" if precision is F32 else "f16"
+    out_layout = (
+        "packed: 16-row panels inside G-column groups (semantics.packed_output_offsets)"
+        if packed
+        else "row-major [rows, C], C padded to 16"
+    )
+    align = ipu21.AMP_OPERAND_ALIGNMENT
+    ops = [
+        Operand("output", "output", "$m2", out_dtype, out_layout, align, "interleaved"),
+        Operand("left", "input", "$m3", precision.name, "row-major [rows, K]", align, "any"),
+        Operand(
+            "right",
+            "input",
+            "$m4",
+            precision.name,
+            "row-major [K, C]; read as K x 16 coefficient panels",
+            align,
+            "interleaved" if interleaved else "any",
+        ),
+    ]
+    if precision is F8:
+        ops.append(Operand("scale_exponent", "scalar", "$m5", "i32", "sum of operand scales"))
+    return tuple(ops)
+
+
+_GEMM_RELATIONS = (
+    MemoryRelation(
+        "distinct_element",
+        ("left", "output"),
+        "the worker loads left rows and stores partials in one bundle (facts §5.1, §5.4)",
+    ),
+)
+
+
+def _gemm_reference(precision: Precision) -> Callable[..., np.ndarray]:
+    if precision is F16:
+        return semantics.gemm_f16
+    if precision is F8:
+        return semantics.gemm_f8
+    return semantics.gemm_f32
+
+
+def _gemm_spec(precision: Precision, interleaved: bool, packed: bool) -> GemmKernelSpec:
+    weights = "interleaved" if interleaved else "standard"
+    name = f"gemm_{precision.name}_{weights}" + ("_packed" if packed else "")
+    il = "_interleaved" if interleaved else ""
+    pk = "_packed{G}" if packed else ""
+    entries = tuple(
+        f"{ENTRY_PREFIX}gemm_{precision.name}_{phase}_{size}_rows{il}{pk}_k{{K}}_c{{C}}_r{{S}}_r{{L}}"
+        for phase in GEMM_PHASES
+        for size in GEMM_SIZES
+    )
+    has_code = precision is not F32  # the F32 AMP dataflow (f32sisov2amp) is not public
+    cycles_array: Callable[..., np.ndarray] | None = None
+    if packed:
+        cycles = partial(
+            gemm_cycles.packed_gemm_kernel_cycles, precision=precision, weights=weights
+        )
+    else:
+        cycles = partial(gemm_cycles.gemm_kernel_cycles, precision=precision, weights=weights)
+        cycles_array = partial(
+            gemm_cycles.gemm_kernel_cycles_array, precision=precision, weights=weights
+        )
+    return GemmKernelSpec(
+        name=name,
+        summary=(
+            f"{precision.name.upper()} AMP GEMM out[rows, C] (+)= left[rows, K] @ right[K, C], "
+            f"{weights} weights" + (", packed output" if packed else "")
+        ),
+        status=IMPLEMENTED if has_code else REQUIRED,
+        operands=_gemm_operands(precision, interleaved, packed),
+        entry_symbols=entries,
+        relations=_GEMM_RELATIONS,
+        source=GEMM_TEMPLATE if has_code else None,
+        reference=_gemm_reference(precision),
+        cycles=cycles,
+        cycles_array=cycles_array,
+        precision=precision,
+        interleaved=interleaved,
+        packed=packed,
+    )
+
+
+def _defined_in(module: str, attr: str) -> Callable[..., Any]:
+    """A definition that lives in a later stage (imported on first use: no import cycle)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        target: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = f"{module}.{attr}"
+    return call
+
+
+def _other_kernel(
+    name: str, summary: str, operands: tuple[Operand, ...], cycles: str, reference: str
+) -> KernelSpec:
+    """A non-GEMM kernel: ABI and status here; its cycle model (taking the call) and its
+    semantics are single definitions in ``low/costs.py`` and ``runtime/sim.py``."""
+    mod_c, fn_c = cycles.split(":")
+    mod_r, fn_r = reference.split(":")
+    return KernelSpec(
+        name=name,
+        summary=summary,
+        status=REQUIRED,
+        operands=operands,
+        entry_symbols=(f"{ENTRY_PREFIX}{name}_{{p}}",),
+        reference=_defined_in(mod_r, fn_r),
+        cycles=_defined_in(mod_c, fn_c),
+    )
+
+
+_OUT = Operand("output", "output", "$m2", "f16|f32", "row-major 2-D view", 8)
+_IN = Operand("inputs", "input", "$m3..", "f16|f32", "row-major 2-D views, NumPy broadcast", 8)
+_COSTS, _SIM = "ipu_stack.low.costs", "ipu_stack.runtime.sim"
+_OTHER_KERNELS = (
+    _other_kernel(
+        "reduce_add",
+        "out[n] += sum_i in_i[n]: f32 sum, rounded once (K-split reduction)",
+        (_OUT, _IN, Operand("elements", "scalar", "after the inputs", "u32", "count")),
+        f"{_COSTS}:add_call_cycles",
+        f"{_SIM}:SimDevice._simple",
+    ),
+    _other_kernel(
+        "copy",
+        "local copy of n bytes",
+        (
+            Operand("output", "output", "$m2", "bytes", "contiguous", 4),
+            Operand("source", "input", "$m3", "bytes", "contiguous", 4),
+            Operand("size", "scalar", "$m4", "u32", "bytes"),
+        ),
+        f"{_COSTS}:copy_call_cycles",
+        f"{_SIM}:SimDevice._simple",
+    ),
+    _other_kernel(
+        "fill_zero",
+        "zero n bytes",
+        (
+            Operand("output", "output", "$m2", "bytes", "contiguous", 4),
+            Operand("size", "scalar", "$m3", "u32", "bytes"),
+        ),
+        f"{_COSTS}:copy_call_cycles",
+        f"{_SIM}:SimDevice._simple",
+    ),
+    *(
+        _other_kernel(
+            kind,
+            f"{kind} over 2-D views (MapCall kind={kind!r})",
+            (_OUT, _IN),
+            f"{_COSTS}:map_call_cycles",
+            f"{_SIM}:map_semantics",
+        )
+        for kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax", "attention")
+    ),
+)
+
+GEMM_KERNELS: dict[tuple[str, str, bool], GemmKernelSpec] = {
+    (p.name, "interleaved" if il else "standard", packed): _gemm_spec(p, il, packed)
+    for p in (F16, F8, F32)
+    for il in (True, False)
+    for packed in (False, True)
+    if not (packed and p is F32)  # packed output is an F16-accumulator path
+}
+KERNELS: dict[str, KernelSpec] = {
+    **{spec.name: spec for spec in GEMM_KERNELS.values()},
+    **{spec.name: spec for spec in _OTHER_KERNELS},
+}
+
+
+def gemm_kernel(precision: str, weights: str, packed: bool = False) -> GemmKernelSpec:
+    """The GEMM kernel for a precision name, weight class and output packing."""
+    try:
+        return GEMM_KERNELS[(precision, weights, packed)]
+    except KeyError:
+        raise GraphError(
+            f"no GEMM kernel for precision={precision} weights={weights} packed={packed}"
+        ) from None
+
+
+def gemm_cycles_array(
+    rows: np.ndarray, k: np.ndarray, c: np.ndarray, precision: Precision, interleaved: np.ndarray
+) -> np.ndarray:
+    """Kernel cycles over arrays of candidate shapes; ``interleaved`` picks the weight class.
+
+    The planner's cost model (one vectorised call per candidate table).
+    """
+    il = gemm_kernel(precision.name, "interleaved").cycles_array
+    std = gemm_kernel(precision.name, "standard").cycles_array
+    assert il is not None and std is not None
+    return np.where(np.asarray(interleaved, bool), il(rows, k, c), std(rows, k, c))
+
+
+def parse_gemm_variant(name: str) -> GemmVariant:
+    """The :class:`GemmVariant` a unit name denotes (inverse of ``GemmVariant.name``).
+
+    Raises:
+        GraphError: the name does not follow the scheme, or names an impossible unit.
+    """
+    m = _GEMM_NAME.match(name)
+    if not m:
+        raise GraphError(
+            f"{name!r} is not a GEMM unit name "
+            "(gemm_{f16|f8|f32}[_interleaved][_packedG]_kK_cC_rS_rL)"
+        )
+    group = int(m["g"] or 0)
+    spec = gemm_kernel(m["p"], "interleaved" if m["il"] else "standard", bool(group))
+    return GemmVariant(spec, int(m["k"]), int(m["c"]), int(m["s"]), int(m["l"]), group)

@@ -1,0 +1,304 @@
+// gemm_amp.S -- IPU21 AMP GEMM: out[rows, C] (+)= left[rows, K] @ right[K, C] on one tile.
+//
+// Written for ipu-stack from the ISA facts in shared/docs/ipu21-facts.md: registers and CSRs
+// (§6), AMP micro blocks and the coefficient-store (CWEI) load order (§15), the instructions
+// (§16.3), the supervisor/worker structure of the poplibs AMP 1x1 kernel (§16.4) and the
+// codelet directives (§19.3). ipu_stack.kernels.preflight checks every variant before any
+// assembler runs. Not yet assembled by popc or run on a C600: the AMP result latency below
+// and the F8 phase flags are assumptions [I] to confirm on hardware.
+//
+// One compile unit per variant; kernels/registry.py (GemmVariant.flags) supplies:
+//   GEMM_INNER_BLOCK_DIMENSION  K, a multiple of the K micro block (16 F16, 32 F8)
+//   GEMM_OUTPUT_COLUMNS         C, a multiple of 16
+//   GEMM_SMALL_ROWS, GEMM_LARGE_ROWS, GEMM_SINGLE_ROWS (when the two are equal)
+//   GEMM_INTERLEAVED_WEIGHTS    ld128putcs weight feed (weights in interleaved memory)
+//   GEMM_OUTPUT_GROUP           packed output: 16-row panels inside G-column groups
+//   GEMM_NATIVE_FP8             F143 operands (f8v8hihov4amp); scale exponent in $m5
+//   GEMM_{INIT,ACCUMULATE}_{SMALL,LARGE}_SYMBOL  entry symbols
+//
+// ABI (supervisor): $m2 output, $m3 left, $m4 right (AMP weight panels: for each 16-column
+// group, for each K micro block, 512 bytes in CWEI slot order), $m5 F8 scale exponent,
+// $m10 return address, $m11 stack.
+//
+// Labels are unique per unit by construction: the dispatch loop and the two worker entries
+// are written once, outside any macro; GEMM_ENTRY defines only its own \name argument (a
+// distinct entry symbol per instantiation) and the worker body macro's labels carry \@.
+#include "ipu21_tile.h"
+
+#ifndef GEMM_INNER_BLOCK_DIMENSION
+#error "GEMM_INNER_BLOCK_DIMENSION (K) is required"
+#endif
+#ifndef GEMM_OUTPUT_COLUMNS
+#error "GEMM_OUTPUT_COLUMNS (C) is required"
+#endif
+#ifndef GEMM_SMALL_ROWS
+#error "GEMM_SMALL_ROWS is required"
+#endif
+#ifndef GEMM_LARGE_ROWS
+#define GEMM_LARGE_ROWS GEMM_SMALL_ROWS
+#endif
+#ifndef GEMM_OUTPUT_GROUP
+#define GEMM_OUTPUT_GROUP 0
+#endif
+#ifndef GEMM_STOCHASTIC_ROUNDING
+#define GEMM_STOCHASTIC_ROUNDING 1
+#endif
+
+#ifdef GEMM_NATIVE_FP8
+#define GEMM_AMP f8v8hihov4amp
+#define GEMM_AMP_P0 TAMP_F8V8_E4_P0
+#define GEMM_AMP_P1 TAMP_F8V8_E4_P1
+#define GEMM_AMP_P2 TAMP_F8V8_E4_P2
+#define GEMM_AMP_P3 TAMP_F8V8_E4_P3
+#define GEMM_INPUT_BYTES 1
+#define GEMM_K_MICRO 32
+#define GEMM_INPUT_FORMAT FP_INFMT_F143
+#else
+#define GEMM_AMP f16v4hihov4amp
+#define GEMM_AMP_P0 TAMP_F16V4_E4_P0
+#define GEMM_AMP_P1 TAMP_F16V4_E4_P1
+#define GEMM_AMP_P2 TAMP_F16V4_E4_P2
+#define GEMM_AMP_P3 TAMP_F16V4_E4_P3
+#define GEMM_INPUT_BYTES 2
+#define GEMM_K_MICRO 16
+#define GEMM_INPUT_FORMAT FP_INFMT_F16
+#endif
+
+ .set K_BLOCK, GEMM_INNER_BLOCK_DIMENSION
+ .set OUTPUT_COLUMNS, GEMM_OUTPUT_COLUMNS
+ .set OUTPUT_GROUP, GEMM_OUTPUT_GROUP
+ .set INNER_GROUPS, K_BLOCK / GEMM_K_MICRO
+ .set COLUMN_GROUPS, OUTPUT_COLUMNS / 16
+ .set INNER_GROUP_BYTES, GEMM_K_MICRO * GEMM_INPUT_BYTES
+ .set COLUMN_GROUP_BYTES, 16 * 2
+ .set LEFT_ROW_BYTES, K_BLOCK * GEMM_INPUT_BYTES
+ .if OUTPUT_GROUP
+ .set OUTPUT_ROW_BYTES, OUTPUT_GROUP * 2
+ .set GROUP_COLUMN_GROUPS, OUTPUT_GROUP / 16
+ .else
+ .set OUTPUT_ROW_BYTES, OUTPUT_COLUMNS * 2
+ .endif
+
+ // Per-row pointer jumps of the pace loads and stores, in 64-bit atoms: field 0 (input) and
+ // field 1 (partials) of the stride register, signed 10 bits each (facts §16.3 ld2x64pace).
+ .set INPUT_ROW_JUMP, LEFT_ROW_BYTES / 8 - 3
+ .set OUTPUT_ROW_JUMP, OUTPUT_ROW_BYTES / 8 - 3
+ .if (INPUT_ROW_JUMP > 511) || (OUTPUT_ROW_JUMP > 511)
+ .error "row too long for the 10-bit pace strides"
+ .endif
+ .set PACE_STRIDES, (INPUT_ROW_JUMP & 0x3ff) | ((OUTPUT_ROW_JUMP & 0x3ff) << 10)
+ .set PACE2_NEXT, 0b0000       // both loads +1 atom
+ .set PACE2_ROW, 0b1001        // input +field 0, partial +field 1
+ .set PACE3_NEXT, 0b000000
+ .set PACE3_ROW, 0b101001      // input +field 0, partial and store +field 1
+ .set PACE1_NEXT, 0b00
+ .set PACE1_ROW, 0b10
+
+ // Worker vertex state on the supervisor stack (32-bit word offsets; 8-byte multiple).
+ .set FRAME_OUTPUT, 0          // output panel of the current column group
+ .set FRAME_LEFT, 1            // left panel of the current inner group
+ .set FRAME_ROWS_DIV, 2        // rows / 6
+ .set FRAME_ROWS_MOD, 3        // rows % 6
+ .set FRAME_INITIAL, 4         // 1: the first inner group starts from zero partials
+ .set FRAME_GROUP_SKIP, 5      // packed output: bytes from one column group to the next
+ .set FRAME_FP_ICTL, 6         // caller's $FP_ICTL
+ .set FRAME_BYTES, 32
+
+// Weight feed for one K micro x C16 panel: 512 bytes in Poplin's IPU21 1x1 slot order
+// (facts §15.1): groups 0, 32, 8, 40, 16, 48, 24, 56; ld128putcs writes even slots.
+ .macro LOAD_AMP_WEIGHTS
+ .irp group, 0, 32, 8, 40, 16, 48, 24, 56
+#ifdef GEMM_INTERLEAVED_WEIGHTS
+ .irp slot, 0, 2, 4, 6
+ ld128putcs (\group + \slot)
+ .endr
+#else
+ .irp slot, 0, 1, 2, 3, 4, 5, 6, 7
+ ld64putcs (\group + \slot)
+ .endr
+#endif
+ .endr
+ .endm
+
+// A supervisor entry: fills the frame for its row count and joins the shared dispatch loop.
+ .macro GEMM_ENTRY name, initial, rows
+ .section .text.\name,"ax",@progbits
+ .globl \name
+ .type \name,@function
+ .p2align 3
+\name:
+ .supervisor
+ add $m11, $m11, -FRAME_BYTES
+ st32 $m2, $m11, $mzero, FRAME_OUTPUT
+ st32 $m3, $m11, $mzero, FRAME_LEFT
+ setzi $m6, (\rows) / WORKER_CONTEXTS
+ st32 $m6, $m11, $mzero, FRAME_ROWS_DIV
+ setzi $m6, (\rows) % WORKER_CONTEXTS
+ st32 $m6, $m11, $mzero, FRAME_ROWS_MOD
+ setzi $m6, \initial
+ st32 $m6, $m11, $mzero, FRAME_INITIAL
+ .if OUTPUT_GROUP
+ // from the last column group of one output group to the first of the next
+ setzi $m6, ((((\rows) + 15) / 16) * 16 - 1) * OUTPUT_ROW_BYTES + COLUMN_GROUP_BYTES
+ st32 $m6, $m11, $mzero, FRAME_GROUP_SKIP
+ .endif
+ bri .Lgemm_dispatch
+ .size \name, .-\name
+ .endm
+
+ GEMM_ENTRY GEMM_INIT_SMALL_SYMBOL, 1, GEMM_SMALL_ROWS
+ GEMM_ENTRY GEMM_ACCUMULATE_SMALL_SYMBOL, 0, GEMM_SMALL_ROWS
+#ifndef GEMM_SINGLE_ROWS
+ GEMM_ENTRY GEMM_INIT_LARGE_SYMBOL, 1, GEMM_LARGE_ROWS
+ GEMM_ENTRY GEMM_ACCUMULATE_LARGE_SYMBOL, 0, GEMM_LARGE_ROWS
+#endif
+
+// The dispatch loop, once per unit: column groups x inner groups; each iteration waits for
+// the workers (the coefficient store is shared, facts §15.2), loads one weight panel and
+// runs the six workers over the rows.
+ .section .text.gemm_amp_dispatch,"ax",@progbits
+ .p2align 3
+ .supervisor
+.Lgemm_dispatch:
+ get $m8, $FP_ICTL
+ st32 $m8, $m11, $mzero, FRAME_FP_ICTL
+#if GEMM_STOCHASTIC_ROUNDING
+ setzi $m6, FP_ICTL_ESR
+ or $m8, $m8, $m6
+#endif
+ put $FP_ICTL, $m8
+ setzi $m6, GEMM_INPUT_FORMAT
+ put CSR_S_FP_INFMT__INDEX, $m6
+#ifdef GEMM_NATIVE_FP8
+ put CSR_S_FP_ISCL__INDEX, $m5
+#endif
+ setzi $m6, CR_ZCWEI
+ put $CR, $m6
+ put $CCCSLOAD, $m4
+ ld32 $m2, $m11, $mzero, FRAME_OUTPUT
+ ld32 $m3, $m11, $mzero, FRAME_LEFT
+ setzi $m6, COLUMN_GROUPS
+ .if OUTPUT_GROUP
+ setzi $m1, GROUP_COLUMN_GROUPS
+ .endif
+.Lgemm_column_group:
+ ld32 $m9, $m11, $mzero, FRAME_INITIAL
+ add $m4, $m3, 0
+ setzi $m7, INNER_GROUPS
+.Lgemm_inner_group:
+ setzi $m0, .Lgemm_worker_accumulate
+ brz $m9, .Lgemm_launch
+ setzi $m0, .Lgemm_worker_zero
+.Lgemm_launch:
+ sync SYNC_ZONE_LOCAL
+ st32 $m2, $m11, $mzero, FRAME_OUTPUT
+ st32 $m4, $m11, $mzero, FRAME_LEFT
+ LOAD_AMP_WEIGHTS
+ runall $m0, $m11, 0
+ zero $m9
+ add $m4, $m4, INNER_GROUP_BYTES
+ add $m7, $m7, -1
+ brnz $m7, .Lgemm_inner_group
+ .if OUTPUT_GROUP
+ add $m1, $m1, -1
+ brnz $m1, .Lgemm_same_output_group
+ ld32 $m8, $m11, $mzero, FRAME_GROUP_SKIP
+ add $m2, $m2, $m8
+ setzi $m1, GROUP_COLUMN_GROUPS
+ bri .Lgemm_next_column_group
+.Lgemm_same_output_group:
+ .endif
+ add $m2, $m2, COLUMN_GROUP_BYTES
+.Lgemm_next_column_group:
+ add $m6, $m6, -1
+ brnz $m6, .Lgemm_column_group
+ sync SYNC_ZONE_LOCAL
+ ld32 $m8, $m11, $mzero, FRAME_FP_ICTL
+ put $FP_ICTL, $m8
+ add $m11, $m11, FRAME_BYTES
+ br $m10
+
+// Worker: rows split over the six contexts (rows/6 each, the first rows%6 one more), then a
+// software pipeline over its rows: four AMP instructions (phases P0..P3, 16 output columns)
+// per row, one 64-bit input load, one partial load and one result store per bundle.
+// [I] Assumes results leave the AMP one row (four instructions) after their inputs.
+ .macro GEMM_WORKER_ROWS partials
+ get $m0, $WSR
+ and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK
+ ld32 $m1, $mvertex_base, $mzero, FRAME_ROWS_DIV
+ ld32 $m4, $mvertex_base, $mzero, FRAME_ROWS_MOD
+ mul $m3, $m0, $m1
+ cmpult $m5, $m0, $m4
+ add $m5, $m5, $m1
+ min $m4, $m0, $m4
+ add $m3, $m3, $m4
+ brz $m5, .Lgemm_worker_idle_\@
+ ld32 $m1, $mvertex_base, $mzero, FRAME_LEFT
+ mul $m4, $m3, LEFT_ROW_BYTES
+ add $m1, $m1, $m4
+ ld32 $m2, $mvertex_base, $mzero, FRAME_OUTPUT
+ mul $m4, $m3, OUTPUT_ROW_BYTES
+ add $m2, $m2, $m4
+ tapack $m8:9, $m1, $m2, $m2
+ setzi $m7, PACE_STRIDES
+ add $m5, $m5, -1
+ setzi $a6, FP_CLR_ZAACC
+ uput $FP_CLR, $a6
+ ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P0
+ }
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P1
+ }
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_ROW
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P2
+ }
+ {
+  rpt $m5, 3
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P3
+ }
+ {
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P0
+ }
+ {
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P1
+ }
+ {
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_ROW
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P2
+ }
+ {
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P3
+ }
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P0
+ }
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P1
+ }
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P2
+ }
+ st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+.Lgemm_worker_idle_\@:
+ exitz $mzero
+ .endm
+
+ .section .text.gemm_amp_worker,"ax",@progbits
+ .worker
+ .p2align 3
+.Lgemm_worker_zero:
+ GEMM_WORKER_ROWS $azeros
+ .p2align 3
+.Lgemm_worker_accumulate:
+ GEMM_WORKER_ROWS $a2:3
