@@ -167,6 +167,14 @@ def _lines_with_sites(text: str) -> tuple[list[tuple[str, Site]], list[str]]:
     return lines, files
 
 
+def included_files(source: Path, flags: Sequence[str]) -> list[Path]:
+    """Every file ``source`` includes under ``flags`` (empty if preprocessing fails)."""
+    path = source.resolve()
+    text, _stderr, _argv, _tool = preprocess(path, flags)
+    _, files = _lines_with_sites(text)
+    return [Path(f) for f in files if Path(f).resolve() != path]
+
+
 def preflight(source: Path | str, flags: Sequence[str], variant: str) -> PreflightResult:
     """Preprocess, expand and check one kernel variant; never raises for template faults.
 
