@@ -14,9 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
-from ipu_stack.exchange.bounds import endpoint_lower_bound
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
-from ipu_stack.exchange.scheduler import schedule_phase
+from ipu_stack.exchange.model import (
+    ExchangePhase,
+    PhaseSchedule,
+    maximum_identical_destinations,
+)
+from ipu_stack.exchange.scheduler import exchange_row_words, optimize_phase
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.low.lower import lower_program, plan_graph
@@ -28,6 +31,7 @@ from ipu_stack.trace import Trace
 
 MAX_PLACEMENT_RETRIES = 8
 LARGE_PHASE_TRANSFERS = 1000
+EXCHANGE_TARGET_GAP = 0.01  # stop improving an exchange schedule within 1% of its bound
 
 
 @dataclass(slots=True)
@@ -35,6 +39,7 @@ class BuildConfig:
     """Build options; every default is what a user gets from the CLI."""
 
     tiles: int = TILES
+    exchange_time_budget: float = 0.5  # seconds per exchange phase for the scheduler
 
 
 @dataclass(slots=True)
@@ -130,24 +135,25 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
                 continue
             phase = physical_phase(step, placement)
             large = len(phase.transfers) > LARGE_PHASE_TRANSFERS
-            bound = endpoint_lower_bound(phase)
             if large:
                 trace.event(
                     "prepared large physical exchange phase",
                     phase=index,
                     transfers=len(phase.transfers),
+                    maximum_identical_destinations=maximum_identical_destinations(phase),
                 )
-            schedule = schedule_phase(phase)
-            verify_schedule(phase, schedule)
+            # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
+            report = optimize_phase(
+                phase, time_budget=config.exchange_time_budget, target_gap=EXCHANGE_TARGET_GAP
+            )
+            schedule = report.schedule
+            verify_schedule(phase, schedule)  # independent of the scheduler
             if large:
-                trace.event(
-                    "optimized physical exchange schedule",
-                    phase=index,
-                    selected_horizon=schedule.horizon,
-                    endpoint_lower_bound=bound,
-                    lower_bound_gap=schedule.horizon - bound,
-                    selected_kind=schedule.kind,
-                )
+                trace.event("optimized physical exchange schedule", phase=index,
+                            **report.log_fields())
+                tile, row_words = exchange_row_words(phase, schedule)
+                trace.event("finished large physical exchange phase", phase=index, tile=tile,
+                            row_words=row_words, horizon=schedule.horizon)
             schedules[index] = (phase, schedule)
     trace.event(
         "lowered graph for package construction",
