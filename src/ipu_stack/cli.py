@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ipu_stack.errors import GraphError, IpuStackError
+from ipu_stack.kernels import commands as kernel_commands
 from ipu_stack.target import ipu21
 from ipu_stack.trace import configure_logging
 
@@ -65,7 +66,71 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gemm.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
+    gemm.add_argument(
+        "--export-exchange-snapshot",
+        metavar="PATH",
+        default=None,
+        help="write every exchange phase of the build as a snapshot JSON file",
+    )
+    _add_exchange_commands(sub)
+    kernel_commands.add_commands(sub)
     return parser
+
+
+def _nonnegative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"seconds must be >= 0, got {text}")
+    return value
+
+
+def _add_exchange_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = sub.add_parser(
+        "exchange-bench", help="schedule and verify the exchange phases of a snapshot"
+    )
+    bench.add_argument("snapshot", metavar="SNAPSHOT.json")
+    bench.add_argument("--phase", type=int, default=None, help="only this phase id")
+    bench.add_argument(
+        "--time-budget",
+        type=_nonnegative_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds per phase (default 1.0)",
+    )
+    bench.add_argument("--emit-schedule", metavar="OUT.json", default=None)
+    bench.add_argument(
+        "--latency", choices=("time_to_mux", "none"), default="time_to_mux", help="latency model"
+    )
+    bench.add_argument(
+        "--disable",
+        action="append",
+        default=[],
+        choices=("paired", "dependencies", "sram_hazards", "full_duplex"),
+        help="switch off one hardware rule (repeatable)",
+    )
+    bench.add_argument("--json", action="store_true", help="print a JSON list of phase records")
+    check = sub.add_parser("exchange-verify", help="verify a schedule file against a snapshot")
+    check.add_argument("snapshot", metavar="SNAPSHOT.json")
+    check.add_argument("schedule", metavar="SCHEDULE.json")
+
+
+def _exchange_bench(args: argparse.Namespace) -> int:
+    from ipu_stack.exchange.bench import bench_snapshot, format_record
+    from ipu_stack.exchange.model import ExchangeModel
+    from ipu_stack.exchange.scheduler import DEFAULT_TIME_BUDGET
+
+    model = ExchangeModel(latency=args.latency, **dict.fromkeys(args.disable, False))
+    budget = DEFAULT_TIME_BUDGET if args.time_budget is None else args.time_budget
+    records = bench_snapshot(args.snapshot, args.phase, budget, args.emit_schedule, model)
+    if args.json:
+        print(json.dumps(records))
+    else:
+        for record in records:
+            print(format_record(record))
+    return 0
 
 
 def _print_gemm(report: dict[str, object]) -> None:
@@ -97,6 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(verbose=not getattr(args, "json", False))
     try:
+        if args.command in kernel_commands.COMMANDS:
+            return kernel_commands.run(args)
+        if args.command == "exchange-bench":
+            return _exchange_bench(args)
+        if args.command == "exchange-verify":
+            from ipu_stack.exchange.bench import verify_schedule_file
+
+            checked = verify_schedule_file(args.snapshot, args.schedule)
+            print(f"verified phases: {' '.join(str(p) for p in checked)}")
+            return 0
         if args.command == "gemm":
             from ipu_stack.gemm_job import GemmJob, run_gemm
 
@@ -115,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.seed,
                     args.left_shape,
                     args.right_shape,
-                )
+                ),
+                exchange_snapshot=args.export_exchange_snapshot,
             )
             if args.json:
                 print(json.dumps(report, sort_keys=True))

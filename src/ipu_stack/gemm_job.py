@@ -46,13 +46,24 @@ def gemm_graph(job: GemmJob) -> ComputeGraph:
     return g
 
 
-def run_gemm(job: GemmJob, trace: Trace | None = None) -> dict[str, Any]:
-    """Build, simulate and check one GEMM; returns the report the CLI prints."""
+def run_gemm(
+    job: GemmJob, trace: Trace | None = None, exchange_snapshot: str | None = None
+) -> dict[str, Any]:
+    """Build, simulate and check one GEMM; returns the report the CLI prints.
+
+    ``exchange_snapshot``: if given, every exchange phase of the build is written there in the
+    snapshot format of :mod:`ipu_stack.exchange.snapshot`.
+    """
     trace = trace or Trace()
     graph = gemm_graph(job)
     t0 = time.perf_counter()
     built = build(graph, BuildConfig(tiles=job.tiles), trace)
     plan_seconds = time.perf_counter() - t0
+    if exchange_snapshot is not None:
+        from ipu_stack.exchange.snapshot import write_snapshot
+
+        phases = [(index, phase) for index, (phase, _) in sorted(built.schedules.items())]
+        write_snapshot(exchange_snapshot, phases, ipu21.TILES)
     rng = np.random.default_rng(job.seed)
     dtype = np.dtype(ipu21.precision(job.precision).numpy_name)
     feeds = {

@@ -9,7 +9,7 @@ from ipu_stack.exchange.bounds import (
     endpoint_lower_bound,
     strongest_lower_bound,
 )
-from ipu_stack.exchange.model import ExchangePhase, Transfer
+from ipu_stack.exchange.model import PORTS_ONLY, ExchangePhase, Transfer
 from ipu_stack.exchange.patterns import all_gather_phase, all_to_all_phase, random_phase
 
 BASE = 0x60000
@@ -21,9 +21,9 @@ def multicast(source: int, dests: tuple[int, ...], words: int) -> Transfer:
 
 def test_empty_phase_has_zero_bounds() -> None:
     phase = ExchangePhase((), tile_count=4)
-    assert endpoint_lower_bound(phase) == 0
-    assert conflict_lower_bound(phase) == 0
-    assert strongest_lower_bound(phase) == (0, "endpoint")
+    assert endpoint_lower_bound(phase, PORTS_ONLY) == 0
+    assert conflict_lower_bound(phase, PORTS_ONLY) == 0
+    assert strongest_lower_bound(phase, PORTS_ONLY) == (0, "endpoint")
 
 
 def test_endpoint_bound_takes_the_busiest_port() -> None:
@@ -31,7 +31,7 @@ def test_endpoint_bound_takes_the_busiest_port() -> None:
     phase = ExchangePhase(
         (multicast(0, (1,), 5), multicast(0, (2,), 7), multicast(3, (2, 1), 9)), tile_count=4
     )
-    assert endpoint_lower_bound(phase) == 16
+    assert endpoint_lower_bound(phase, PORTS_ONLY) == 16
 
 
 def test_triangle_of_multicasts_needs_three_slots() -> None:
@@ -40,29 +40,29 @@ def test_triangle_of_multicasts_needs_three_slots() -> None:
     phase = ExchangePhase(
         (multicast(0, (3, 4), w), multicast(1, (4, 5), w), multicast(2, (5, 3), w)), tile_count=6
     )
-    assert endpoint_lower_bound(phase) == 2 * w
-    assert conflict_lower_bound(phase) == 3 * w
-    assert strongest_lower_bound(phase) == (3 * w, "conflict-clique")
+    assert endpoint_lower_bound(phase, PORTS_ONLY) == 2 * w
+    assert conflict_lower_bound(phase, PORTS_ONLY) == 3 * w
+    assert strongest_lower_bound(phase, PORTS_ONLY) == (3 * w, "conflict-clique")
 
 
 def test_all_gather_clique_bound() -> None:
     for group in (3, 4, 8):
         phase = all_gather_phase(group, 16, tile_count=24)
-        assert endpoint_lower_bound(phase) == (group - 1) * 16
-        assert strongest_lower_bound(phase) == (group * 16, "conflict-clique")
+        assert endpoint_lower_bound(phase, PORTS_ONLY) == (group - 1) * 16
+        assert strongest_lower_bound(phase, PORTS_ONLY) == (group * 16, "conflict-clique")
     pairs = all_gather_phase(2, 16, tile_count=8)  # g = 2: the two sends share no port
-    assert strongest_lower_bound(pairs) == (16, "endpoint")
+    assert strongest_lower_bound(pairs, PORTS_ONLY) == (16, "endpoint")
 
 
 def test_unicast_clique_bound_equals_endpoint_bound() -> None:
     rng = np.random.default_rng(2)
     for phase in (random_phase(rng, 300, tile_count=20), all_to_all_phase(5, 8, tile_count=20)):
-        assert conflict_lower_bound(phase) == endpoint_lower_bound(phase)
-        assert strongest_lower_bound(phase)[1] == "endpoint"
+        assert conflict_lower_bound(phase, PORTS_ONLY) == endpoint_lower_bound(phase, PORTS_ONLY)
+        assert strongest_lower_bound(phase, PORTS_ONLY)[1] == "endpoint"
 
 
 def test_conflict_bound_is_never_below_endpoint_bound() -> None:
     rng = np.random.default_rng(4)
     for _ in range(20):
         phase = random_phase(rng, 40, tile_count=10, max_fanout=4, max_words=20)
-        assert conflict_lower_bound(phase) >= endpoint_lower_bound(phase)
+        assert conflict_lower_bound(phase, PORTS_ONLY) >= endpoint_lower_bound(phase, PORTS_ONLY)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from ipu_stack.errors import ScheduleError
 from ipu_stack.exchange import model
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, Piece, Transfer
+from ipu_stack.exchange.model import (
+    PORTS_ONLY,
+    ExchangePhase,
+    PhaseSchedule,
+    Piece,
+    Transfer,
+)
 from ipu_stack.exchange.verify import verify_schedule
 
 BASE = 0x60000
@@ -25,7 +33,7 @@ PHASE = ExchangePhase(
 
 
 def schedule(*pieces: tuple[Piece, ...], horizon: int = 7) -> PhaseSchedule:
-    return PhaseSchedule(pieces=pieces, horizon=horizon, kind="test")
+    return PhaseSchedule(pieces=pieces, horizon=horizon, kind="test", model=PORTS_ONLY)
 
 
 GOOD = schedule((Piece(0, 0, 4),), (Piece(4, 0, 3),), (Piece(4, 0, 2),))
@@ -46,7 +54,7 @@ def test_split_pieces_and_slack_horizon_pass() -> None:
 
 
 def test_empty_phase_and_schedule_pass() -> None:
-    verify_schedule(ExchangePhase((), tile_count=2), PhaseSchedule((), 0, "test"))
+    verify_schedule(ExchangePhase((), tile_count=2), PhaseSchedule((), 0, "test", PORTS_ONLY))
 
 
 def test_piece_count_must_match_transfers() -> None:
@@ -146,11 +154,11 @@ def test_horizon_smaller_than_real_end() -> None:
     with pytest.raises(ScheduleError, match=r"horizon 6 is smaller than the real end 7"):
         verify_schedule(PHASE, schedule(*GOOD.pieces, horizon=6))
     with pytest.raises(ScheduleError, match="horizon -1 is negative"):
-        verify_schedule(ExchangePhase((), tile_count=2), PhaseSchedule((), -1, "test"))
+        verify_schedule(ExchangePhase((), tile_count=2), PhaseSchedule((), -1, "test", PORTS_ONLY))
 
 
 def test_unknown_latency_model() -> None:
-    bad = PhaseSchedule(GOOD.pieces, GOOD.horizon, "test", latency="bogus")
+    bad = PhaseSchedule(GOOD.pieces, GOOD.horizon, "test", model=replace(PORTS_ONLY, latency="bogus"))
     with pytest.raises(ScheduleError, match="unknown latency model 'bogus'"):
         verify_schedule(PHASE, bad)
 
@@ -159,30 +167,30 @@ def test_latency_hook_shifts_receptions(monkeypatch: pytest.MonkeyPatch) -> None
     def tile_one_is_late(sources: np.ndarray, dests: np.ndarray) -> np.ndarray:
         return np.where(dests == 1, 3, 0).astype(np.int64)
 
-    monkeypatch.setitem(model.LATENCY_MODELS, "late1", tile_one_is_late)
+    monkeypatch.setitem(model.LATENCY_MODELS, "late1", (tile_one_is_late, tile_one_is_late))
     # Fine without latency (tile 1 receives [0, 4) then [4, 7)); with +3 cycles into tile 1
     # the arrivals are [3, 7) and [7, 10): still disjoint, but the horizon must reach 10.
-    late = PhaseSchedule(GOOD.pieces, 7, "test", latency="late1")
+    late = PhaseSchedule(GOOD.pieces, 7, "test", model=replace(PORTS_ONLY, latency="late1"))
     with pytest.raises(ScheduleError, match="horizon 7 is smaller than the real end 10"):
         verify_schedule(PHASE, late)
-    verify_schedule(PHASE, PhaseSchedule(GOOD.pieces, 10, "test", latency="late1"))
+    verify_schedule(PHASE, PhaseSchedule(GOOD.pieces, 10, "test", model=replace(PORTS_ONLY, latency="late1")))
     # Transfer 1 sent at 3 is fine on send port 3, and without latency would collide on
     # tile 1 at cycle 3; the model delays only tile 1's arrivals, so both shift equally.
     shifted = schedule((Piece(0, 0, 4),), (Piece(3, 0, 3),), (Piece(4, 0, 2),), horizon=10)
     with pytest.raises(ScheduleError, match="tile 1 receives from two senders in cycle 3"):
         verify_schedule(PHASE, shifted)
     with pytest.raises(ScheduleError, match="tile 1 receives from two senders in cycle 6"):
-        verify_schedule(PHASE, PhaseSchedule(shifted.pieces, 10, "test", latency="late1"))
+        verify_schedule(PHASE, PhaseSchedule(shifted.pieces, 10, "test", model=replace(PORTS_ONLY, latency="late1")))
 
 
 def test_latency_can_separate_receptions(monkeypatch: pytest.MonkeyPatch) -> None:
     def tile_three_is_far(sources: np.ndarray, dests: np.ndarray) -> np.ndarray:
         return np.where(sources == 3, 4, 0).astype(np.int64)
 
-    monkeypatch.setitem(model.LATENCY_MODELS, "far3", tile_three_is_far)
+    monkeypatch.setitem(model.LATENCY_MODELS, "far3", (tile_three_is_far, tile_three_is_far))
     # Transfer 1 leaves tile 3 at cycle 0 together with the multicast: a collision on tile 1
     # without latency, but with 4 cycles of latency it arrives over [4, 7), after the multicast.
     pieces = ((Piece(0, 0, 4),), (Piece(0, 0, 3),), (Piece(4, 0, 2),))
     with pytest.raises(ScheduleError, match="tile 1 receives from two senders in cycle 0"):
-        verify_schedule(PHASE, PhaseSchedule(pieces, 7, "test"))
-    verify_schedule(PHASE, PhaseSchedule(pieces, 7, "test", latency="far3"))
+        verify_schedule(PHASE, PhaseSchedule(pieces, 7, "test", PORTS_ONLY))
+    verify_schedule(PHASE, PhaseSchedule(pieces, 7, "test", model=replace(PORTS_ONLY, latency="far3")))

@@ -291,9 +291,9 @@ def _separations(problem: ResourceProblem, members: list[int]) -> npt.NDArray[np
     all_resources = np.unique(np.concatenate([problem.use_resources[r] for r in rows]))
     offsets = np.full((n, all_resources.size), np.nan)
     for k, r in enumerate(rows):
-        offsets[k, np.searchsorted(all_resources, problem.use_resources[r])] = (
-            problem.use_offsets[r]
-        )
+        offsets[k, np.searchsorted(all_resources, problem.use_resources[r])] = problem.use_offsets[
+            r
+        ]
     shared = (~np.isnan(offsets)).sum(axis=0) >= 2
     offsets = offsets[:, shared]
     duration = problem.durations[members].astype(np.float64)

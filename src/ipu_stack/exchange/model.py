@@ -398,9 +398,7 @@ def phase_arrays(phase: ExchangePhase) -> PhaseArrays:
     )
     paired = np.fromiter((t.width == PAIRED64 for t in transfers), dtype=bool, count=count)
     owners = np.repeat(np.arange(count, dtype=np.int64), fanouts)
-    return PhaseArrays(
-        sources, words, starts, tiles, owners, source_addresses, addresses, paired
-    )
+    return PhaseArrays(sources, words, starts, tiles, owners, source_addresses, addresses, paired)
 
 
 def words_sent(phase: ExchangePhase) -> IntArray:

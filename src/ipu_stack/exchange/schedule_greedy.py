@@ -28,13 +28,15 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from ipu_stack.exchange.constraints import RECEIVE, SEND, ResourceProblem
+from ipu_stack.exchange.constraints import ELEMENT, RECEIVE, SEND, ResourceProblem
 
 IntArray = npt.NDArray[np.int64]
 #: Tie classes up to this many unicasts are matched in Python; larger ones by scipy.
 SMALL_MATCHING_EDGES = 256
 #: Largest size * degree of a tie class ordered by matching waves (bounds the time spent).
 WAVE_WORK_BUDGET = 20_000_000
+#: Matchings recomputed per wave to move SRAM-hazard pairs into different waves.
+HAZARD_RETRIES = 64
 
 
 class _Calendar:
@@ -99,7 +101,13 @@ def _uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
     resources = problem.use_resources.tolist()
     offsets = problem.use_offsets.tolist()
     return [
-        list(zip(resources[starts[i] : starts[i + 1]], offsets[starts[i] : starts[i + 1]], strict=True))
+        list(
+            zip(
+                resources[starts[i] : starts[i + 1]],
+                offsets[starts[i] : starts[i + 1]],
+                strict=True,
+            )
+        )
         for i in range(problem.count)
     ]
 
@@ -131,11 +139,15 @@ def dense_greedy(problem: ResourceProblem) -> IntArray:
     uses = _uses(problem)
     durations = problem.durations.tolist()
     sources = problem.arrays.sources.tolist()
-    remaining = np.bincount(
-        problem.use_resources,
-        weights=problem.durations[problem.use_transfers],
-        minlength=problem.resource_count,
-    ).astype(np.int64).tolist()
+    remaining = (
+        np.bincount(
+            problem.use_resources,
+            weights=problem.durations[problem.use_transfers],
+            minlength=problem.resource_count,
+        )
+        .astype(np.int64)
+        .tolist()
+    )
     successors, waiting = _successors(problem)
     release = [0] * count
     calendar = _Calendar(problem.resource_count)
@@ -276,6 +288,7 @@ def priority_order(problem: ResourceProblem) -> IntArray:
         keys = np.sort(run_of[unicast_positions] * tile_count + tiles[order[unicast_positions]])
         needs_waves[keys[1:][keys[1:] == keys[:-1]] // tile_count] = True
     multicasts_per_run = np.bincount(run_of, weights=~is_unicast[order], minlength=run_starts.size)
+    hazards = _element_roles(problem)
     for run in np.flatnonzero(needs_waves).tolist():
         begin = int(run_starts[run] + multicasts_per_run[run])  # unicasts close the run
         end = int(run_ends[run])
@@ -285,20 +298,56 @@ def priority_order(problem: ResourceProblem) -> IntArray:
         degree = max(int(np.bincount(sources).max()), int(np.bincount(destinations).max()))
         if degree == unicast.size or unicast.size * degree > WAVE_WORK_BUDGET:
             continue
-        order[begin:end] = _matching_waves(unicast, sources, destinations, tile_count)
+        order[begin:end] = _matching_waves(unicast, sources, destinations, tile_count, hazards)
     return order
 
 
+def _element_roles(problem: ResourceProblem) -> dict[int, tuple[list[int], list[int]]]:
+    """Per transfer with SRAM-element resources: (elements it reads, elements it writes)."""
+    roles: dict[int, tuple[list[int], list[int]]] = {}
+    rows = np.flatnonzero(problem.resource_kinds[problem.use_resources] == ELEMENT)
+    for row in rows.tolist():
+        i = int(problem.use_transfers[row])
+        resource = int(problem.use_resources[row])
+        reads, writes = roles.setdefault(i, ([], []))
+        is_read = int(problem.resource_tiles[resource]) == int(problem.arrays.sources[i])
+        (reads if is_read else writes).append(resource)
+    return roles
+
+
+def _wave_conflicts(
+    wave: list[int], members: IntArray, hazards: dict[int, tuple[list[int], list[int]]]
+) -> list[int]:
+    """Positions in ``wave`` that read an SRAM element another member of the wave writes."""
+    written: set[int] = set()
+    for position in wave:
+        roles = hazards.get(int(members[position]))
+        if roles:
+            written.update(roles[1])
+    return [
+        position
+        for position in wave
+        if (roles := hazards.get(int(members[position]))) and not written.isdisjoint(roles[0])
+    ]
+
+
 def _matching_waves(
-    members: IntArray, sources: IntArray, destinations: IntArray, tile_count: int
+    members: IntArray,
+    sources: IntArray,
+    destinations: IntArray,
+    tile_count: int,
+    hazards: dict[int, tuple[list[int], list[int]]] | None = None,
 ) -> IntArray:
     """Unicast transfers reordered as ``degree`` matchings, each covering every busiest port.
 
     The sender-receiver multigraph is padded with dummy edges to a ``degree``-regular bipartite
     multigraph, which splits into ``degree`` perfect matchings (König); each matching's real
     edges form one wave. Plain maximum matchings could leave a busiest port out of a wave and so
-    need more waves than its degree.
+    need more waves than its degree. When a wave would send from an SRAM element that the same
+    wave receives into (a hazard), the reading edge is banned for that wave and the matching is
+    recomputed, a few times, so that hazard pairs land in different waves.
     """
+    hazards = hazards or {}
     left_ids, left = np.unique(sources, return_inverse=True)
     right_ids, right = np.unique(destinations, return_inverse=True)
     size = max(left_ids.size, right_ids.size)
@@ -324,27 +373,46 @@ def _matching_waves(
             right_deficit[j] -= take
     waves: list[int] = []
     for _ in range(degree):
-        edges = [edge for edge, positions in real.items() if positions]
-        edges += [edge for edge, multiplicity in dummy.items() if multiplicity and edge not in real]
-        edges += [edge for edge, multiplicity in dummy.items() if multiplicity and edge in real
-                  and not real[edge]]
-        rows = np.fromiter((e[0] for e in edges), dtype=np.int64, count=len(edges))
-        cols = np.fromiter((e[1] for e in edges), dtype=np.int64, count=len(edges))
-        graph = csr_matrix((np.ones(len(edges), dtype=np.int8), (rows, cols)), shape=(size, size))
-        matched = maximum_bipartite_matching(graph, perm_type="column")
+        banned: set[tuple[int, int]] = set()
+        matched = _perfect_matching(real, dummy, banned, size)
+        for _attempt in range(HAZARD_RETRIES if hazards else 0):
+            wave = [real[edge][-1] for edge in matched if real.get(edge)]
+            clashes = _wave_conflicts(wave, members, hazards)
+            if not clashes:
+                break
+            banned.add((int(left[clashes[0]]), int(right[clashes[0]])))
+            retry = _perfect_matching(real, dummy, banned, size)
+            if len(retry) < size:
+                break  # no perfect matching avoids it: keep the clash
+            matched = retry
         wave = []
-        for row, col in enumerate(matched.tolist()):
-            if col < 0:  # pragma: no cover - a regular bipartite multigraph has a perfect one
-                continue
-            positions = real.get((row, col))
+        for edge in matched:
+            positions = real.get(edge)
             if positions:
                 wave.append(positions.pop())
             else:
-                dummy[(row, col)] -= 1
+                dummy[edge] -= 1
         waves.extend(sorted(wave))
     taken = set(waves)
     rest = [position for position in range(members.size) if position not in taken]
     return members[np.asarray(waves + rest, dtype=np.int64)]
+
+
+def _perfect_matching(
+    real: dict[tuple[int, int], list[int]],
+    dummy: dict[tuple[int, int], int],
+    banned: set[tuple[int, int]],
+    size: int,
+) -> list[tuple[int, int]]:
+    """A maximum matching of the remaining (real or dummy) edges not banned, as edges."""
+    edges = {edge for edge, positions in real.items() if positions and edge not in banned}
+    edges.update(edge for edge, count in dummy.items() if count and edge not in banned)
+    ordered = sorted(edges)
+    rows = np.fromiter((e[0] for e in ordered), dtype=np.int64, count=len(ordered))
+    cols = np.fromiter((e[1] for e in ordered), dtype=np.int64, count=len(ordered))
+    graph = csr_matrix((np.ones(len(ordered), dtype=np.int8), (rows, cols)), shape=(size, size))
+    matched = maximum_bipartite_matching(graph, perm_type="column")
+    return [(row, int(col)) for row, col in enumerate(matched.tolist()) if col >= 0]
 
 
 def _small_maximum_matching(sources: list[int], destinations: list[int]) -> list[int]:

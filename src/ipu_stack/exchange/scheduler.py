@@ -7,7 +7,9 @@
 2. the event-driven dense greedy and the earliest-fit list scheduler
    (:mod:`ipu_stack.exchange.schedule_greedy`), keeping the better (``initial_horizon``);
 3. CP-SAT large-neighbourhood search (:mod:`ipu_stack.exchange.schedule_lns`) on what remains
-   of the time budget, while the schedule is above the bound.
+   of the time budget, while the schedule is above the bound. When it proves a connected
+   component optimal above the analytical bounds, that optimum is reported as the bound
+   ``component-optimum`` (a proof by exhaustive search, as sound as the formulas).
 
 It reports the selected schedule and the seed's fields (``selected_kind``,
 ``neighborhood_improvements``, ...). Deterministic: the same phase, model and budget give the
@@ -38,6 +40,8 @@ IntArray = npt.NDArray[np.int64]
 #: Default seconds for the whole of one phase's scheduling (bounds, greedies, improvement).
 DEFAULT_TIME_BUDGET = 1.0
 DENSE_GREEDY = "dense-greedy"
+#: Bound name for a component that CP-SAT solved whole to proven optimality.
+COMPONENT_OPTIMUM = "component-optimum"
 EARLIEST_FIT = "earliest-fit"
 
 
@@ -58,6 +62,12 @@ class PhaseReport:
     neighborhood_improvements: int
     seconds: float
     bounds: dict[str, int] = field(default_factory=dict)
+
+    def log_fields(self) -> dict[str, object]:
+        """The fields of the build's "optimized physical exchange schedule" log line."""
+        fields = self.fields()
+        del fields["transfers"], fields["maximum_identical_destinations"]
+        return fields
 
     def fields(self) -> dict[str, object]:
         """The reported fields as a JSON-ready dict (without the schedule)."""
@@ -93,6 +103,7 @@ def optimize_phase(
     phase: ExchangePhase,
     model: ExchangeModel = IPU21_MODEL,
     time_budget: float = DEFAULT_TIME_BUDGET,
+    target_gap: float = 0.0,
 ) -> PhaseReport:
     """Schedule one phase as well as the time budget allows.
 
@@ -101,6 +112,7 @@ def optimize_phase(
         model: the rules the schedule must obey.
         time_budget: wall-clock seconds for the whole call; the improvement stage uses what the
             bounds and greedies leave (0 skips it).
+        target_gap: stop improving once ``horizon <= bound * (1 + target_gap)``.
 
     Returns:
         The report with the selected schedule.
@@ -114,8 +126,9 @@ def optimize_phase(
     problem = compile_phase(phase, model)
     if problem.count == 0:
         empty = PhaseSchedule((), 0, DENSE_GREEDY, model, ())
-        return PhaseReport(empty, 0, 0, 0, 0, 0, 0, ENDPOINT, 0, DENSE_GREEDY, 0,
-                           time.perf_counter() - started, {})
+        return PhaseReport(
+            empty, 0, 0, 0, 0, 0, 0, ENDPOINT, 0, DENSE_GREEDY, 0, time.perf_counter() - started, {}
+        )
     bounds = lower_bounds(problem)
     bound, tight = strongest(bounds)
 
@@ -125,12 +138,19 @@ def optimize_phase(
     starts, kind = min(candidates, key=lambda c: (horizon_of(problem, c[0]), c[1]))
     initial = horizon_of(problem, starts)
     improvements = 0
-    if initial > bound and time.perf_counter() < deadline:
+    good_enough = int(bound * (1.0 + target_gap))
+    # Leave a tenth of the budget for building the schedule and for the caller's verifier.
+    deadline = started + 0.9 * max(time_budget, 0.0) - 0.02
+    if initial > good_enough and time.perf_counter() < deadline:
         from ipu_stack.exchange.schedule_lns import improve
 
-        result = improve(problem, starts, bound, deadline)
+        result = improve(problem, starts, bound, deadline, good_enough)
         if result.improvements:
             starts, kind, improvements = result.starts, result.kind, result.improvements
+        if result.proven_bound > bound:
+            # CP-SAT proved a whole component optimal: a true lower bound on the phase.
+            bounds[COMPONENT_OPTIMUM] = result.proven_bound
+            bound, tight = result.proven_bound, COMPONENT_OPTIMUM
     horizon = horizon_of(problem, starts)
     schedule = schedule_from_starts(problem, starts, kind, model)
     return PhaseReport(
@@ -173,3 +193,30 @@ def schedule_from_starts(
         tuple(arrival[bounds_of[i] : bounds_of[i + 1]]) for i in range(problem.count)
     )
     return PhaseSchedule(pieces, horizon_of(problem, starts), kind, model, first_arrivals)
+
+
+#: Estimated exchange-code words per piece a tile sends (a delay and a send) and per piece it
+#: receives (``delayxpic`` and ``delaypic``), facts §8.5 and `exchange-scheduling.md` §2 [I].
+SEND_ROW_WORDS = 2
+RECEIVE_ROW_WORDS = 2
+
+
+def exchange_row_words(phase: ExchangePhase, schedule: PhaseSchedule) -> tuple[int, int]:
+    """The tile with the most estimated exchange-code words in a schedule, and that count.
+
+    Args:
+        phase: the phase.
+        schedule: its schedule.
+
+    Returns:
+        ``(tile, row_words)``; ``(0, 0)`` for an empty phase.
+    """
+    words: dict[int, int] = {}
+    for transfer, pieces in zip(phase.transfers, schedule.pieces, strict=True):
+        words[transfer.source] = words.get(transfer.source, 0) + SEND_ROW_WORDS * len(pieces)
+        for tile in transfer.destination_tiles:
+            words[tile] = words.get(tile, 0) + RECEIVE_ROW_WORDS * len(pieces)
+    if not words:
+        return 0, 0
+    tile = max(words, key=lambda t: (words[t], -t))
+    return tile, words[tile]

@@ -176,26 +176,53 @@ def verify_schedule(
             )
 
     if schedule.first_arrivals is not None:
-        _check_first_arrivals(schedule, owner, offset, send, fanout, destination_tiles,
-                              destination_start, latency, reception_piece, entry)
+        _check_first_arrivals(
+            schedule,
+            owner,
+            offset,
+            send,
+            fanout,
+            destination_tiles,
+            destination_start,
+            latency,
+            reception_piece,
+            entry,
+        )
     if model.sram_hazards:
         _check_elements(
-            piece_source, source_addresses[owner] + offset * WORD_BYTES, length, send, send_end,
+            piece_source,
+            source_addresses[owner] + offset * WORD_BYTES,
+            length,
+            send,
+            send_end,
             receivers,
             destination_addresses[entry] + offset[reception_piece] * WORD_BYTES,
-            length[reception_piece], arrival, arrival_end, reception_piece, piece_name,
+            length[reception_piece],
+            arrival,
+            arrival_end,
+            reception_piece,
+            piece_name,
         )
     if model.dependencies:
         _check_dependencies(
-            phase, owner, send, send_end, reception_piece, entry, destination_start,
-            arrival, arrival_end,
+            phase,
+            owner,
+            send,
+            send_end,
+            reception_piece,
+            entry,
+            destination_start,
+            arrival,
+            arrival_end,
         )
-    _check_horizon(schedule.horizon, send_stop, send_piece, receive_stop, receive_piece,
-                   piece_name)
+    _check_horizon(schedule.horizon, send_stop, send_piece, receive_stop, receive_piece, piece_name)
 
 
 def _check_pieces(
-    send: IntArray, offset: IntArray, length: IntArray, paired: npt.NDArray[np.bool_],
+    send: IntArray,
+    offset: IntArray,
+    length: IntArray,
+    paired: npt.NDArray[np.bool_],
     piece_name: _PieceNamer,
 ) -> None:
     for bad, what, values in (
@@ -275,9 +302,16 @@ def _first_overlap(port: IntArray, begin: IntArray, end: IntArray) -> tuple[int,
 
 
 def _check_first_arrivals(
-    schedule: PhaseSchedule, owner: IntArray, offset: IntArray, send: IntArray,
-    fanout: IntArray, destination_tiles: IntArray, destination_start: IntArray,
-    latency: IntArray, reception_piece: IntArray, entry: IntArray,
+    schedule: PhaseSchedule,
+    owner: IntArray,
+    offset: IntArray,
+    send: IntArray,
+    fanout: IntArray,
+    destination_tiles: IntArray,
+    destination_start: IntArray,
+    latency: IntArray,
+    reception_piece: IntArray,
+    entry: IntArray,
 ) -> None:
     assert schedule.first_arrivals is not None
     claimed = schedule.first_arrivals
@@ -285,8 +319,9 @@ def _check_first_arrivals(
         len(c) != int(n) for c, n in zip(claimed, fanout.tolist(), strict=True)
     ):
         raise ScheduleError("first_arrivals must list one cycle per destination of each transfer")
-    flat = np.fromiter((c for row in claimed for c in row), dtype=np.int64,
-                       count=int(destination_start[-1]))
+    flat = np.fromiter(
+        (c for row in claimed for c in row), dtype=np.int64, count=int(destination_start[-1])
+    )
     leading = offset[reception_piece] == 0
     expected = np.full(flat.size, -1, dtype=np.int64)
     expected[entry[leading]] = send[reception_piece[leading]] + latency[leading]
@@ -314,9 +349,17 @@ def _element_rows(
 
 
 def _check_elements(
-    send_tiles: IntArray, read_addresses: IntArray, read_length: IntArray, send: IntArray,
-    send_end: IntArray, receivers: IntArray, write_addresses: IntArray, write_length: IntArray,
-    arrival: IntArray, arrival_end: IntArray, reception_piece: IntArray,
+    send_tiles: IntArray,
+    read_addresses: IntArray,
+    read_length: IntArray,
+    send: IntArray,
+    send_end: IntArray,
+    receivers: IntArray,
+    write_addresses: IntArray,
+    write_length: IntArray,
+    arrival: IntArray,
+    arrival_end: IntArray,
+    reception_piece: IntArray,
     piece_name: _PieceNamer,
 ) -> None:
     read_rows, read_key, read_begin, read_end = _element_rows(
@@ -349,9 +392,15 @@ def _check_elements(
 
 
 def _check_dependencies(
-    phase: ExchangePhase, owner: IntArray, send: IntArray, send_end: IntArray,
-    reception_piece: IntArray, entry: IntArray, destination_start: IntArray,
-    arrival: IntArray, arrival_end: IntArray,
+    phase: ExchangePhase,
+    owner: IntArray,
+    send: IntArray,
+    send_end: IntArray,
+    reception_piece: IntArray,
+    entry: IntArray,
+    destination_start: IntArray,
+    arrival: IntArray,
+    arrival_end: IntArray,
 ) -> None:
     """Memory order: per tile, overlapping accesses (one a write) keep program order."""
     count = len(phase.transfers)
@@ -371,8 +420,14 @@ def _check_dependencies(
     for i, transfer in enumerate(phase.transfers):
         size = transfer.words * WORD_BYTES
         accesses.setdefault(transfer.source, []).append(
-            (transfer.source_address, transfer.source_address + size, i, False,
-             int(send_first[i]), int(send_last[i]))
+            (
+                transfer.source_address,
+                transfer.source_address + size,
+                i,
+                False,
+                int(send_first[i]),
+                int(send_last[i]),
+            )
         )
         for tile, address in transfer.destinations:
             accesses.setdefault(tile, []).append(
@@ -399,8 +454,12 @@ def _check_dependencies(
 
 
 def _check_horizon(
-    horizon: int, send_stop: IntArray, send_piece: IntArray, receive_stop: IntArray,
-    receive_piece: IntArray, piece_name: _PieceNamer,
+    horizon: int,
+    send_stop: IntArray,
+    send_piece: IntArray,
+    receive_stop: IntArray,
+    receive_piece: IntArray,
+    piece_name: _PieceNamer,
 ) -> None:
     if horizon < 0:
         raise ScheduleError(f"horizon {horizon} is negative")

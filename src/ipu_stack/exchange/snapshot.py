@@ -1,0 +1,288 @@
+"""JSON formats for exchange phases (snapshots) and their schedules.
+
+Both formats are plain JSON so that a program other than ours can schedule a snapshot or check
+a schedule. Integers are JSON numbers; byte addresses are decimal.
+
+**Snapshot** (``ipu-stack gemm ... --export-exchange-snapshot PATH`` writes one)::
+
+    {
+      "format": "ipu-stack-exchange-snapshot", "version": 1,
+      "tile_count": 1472,
+      "phases": [
+        {"phase": 2,
+         "transfers": [
+           {"source": 17, "source_address": 362208,
+            "destinations": [[18, 362208], [19, 362208]],
+            "words": 384, "width": "word32"}
+         ]}
+      ]
+    }
+
+- ``tile_count``: tiles of the machine; tile ids are physical ids ``0..tile_count-1``.
+- ``phase``: the phase's identifier (the build's step index; any non-negative integer, unique).
+- ``transfers``: in program order (memory-order dependencies follow it).
+- ``source``, ``destinations[k][0]``: physical tile ids; destinations distinct, none the source.
+- ``source_address``, ``destinations[k][1]``: byte addresses in tile memory, word aligned.
+- ``words``: 32-bit words moved, positive.
+- ``width``: ``"word32"`` or ``"paired64"`` (even ``words``, 8-byte-aligned addresses,
+  destinations in complete physical pairs ``d``/``d ^ 2``; see :mod:`ipu_stack.exchange.model`).
+  Optional, default ``"word32"``.
+
+**Schedule** (``ipu-stack exchange-bench ... --emit-schedule OUT`` writes one)::
+
+    {
+      "format": "ipu-stack-exchange-schedule", "version": 1,
+      "model": {"latency": "time_to_mux", "paired": true, "dependencies": true,
+                "sram_hazards": true, "full_duplex": true},
+      "phases": [
+        {"phase": 2, "horizon": 2740, "kind": "cp-sat-lns",
+         "transfers": [
+           {"pieces": [{"send_cycle": 0, "offset_words": 0, "words": 384}],
+            "first_arrivals": [101, 99]}
+         ]}
+      ]
+    }
+
+- ``model``: the rules the schedule obeys (:class:`ipu_stack.exchange.model.ExchangeModel`).
+- ``transfers``: one entry per snapshot transfer, in snapshot order.
+- ``pieces``: contiguous runs of the transfer's words; word ``offset_words + j`` of a piece
+  leaves the source in cycle ``send_cycle + j`` (``+ j // 2`` for ``paired64``).
+- ``first_arrivals``: per destination (snapshot order), the cycle the transfer's word 0 reaches
+  it: its piece's ``send_cycle`` plus the pair's latency.
+- ``horizon``: the cycle by which every word has been sent and received.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ipu_stack.errors import PackageError, ScheduleError
+from ipu_stack.exchange.model import (
+    WIDTHS,
+    WORD32,
+    ExchangeModel,
+    ExchangePhase,
+    PhaseSchedule,
+    Piece,
+    Transfer,
+)
+
+SNAPSHOT_FORMAT = "ipu-stack-exchange-snapshot"
+SCHEDULE_FORMAT = "ipu-stack-exchange-schedule"
+VERSION = 1
+
+
+def snapshot_document(phases: Iterable[tuple[int, ExchangePhase]], tile_count: int) -> dict[str, Any]:
+    """The snapshot of phases as a JSON-ready dict.
+
+    Args:
+        phases: ``(phase id, phase)`` pairs in order.
+        tile_count: tiles of the machine.
+
+    Returns:
+        The document.
+    """
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "version": VERSION,
+        "tile_count": tile_count,
+        "phases": [
+            {
+                "phase": phase_id,
+                "transfers": [
+                    {
+                        "source": t.source,
+                        "source_address": t.source_address,
+                        "destinations": [[tile, address] for tile, address in t.destinations],
+                        "words": t.words,
+                        "width": t.width,
+                    }
+                    for t in phase.transfers
+                ],
+            }
+            for phase_id, phase in phases
+        ],
+    }
+
+
+def write_snapshot(
+    path: str | Path, phases: Iterable[tuple[int, ExchangePhase]], tile_count: int
+) -> None:
+    """Write a snapshot file (see the module docstring)."""
+    text = json.dumps(snapshot_document(phases, tile_count), separators=(",", ":"))
+    Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def read_snapshot(path: str | Path) -> tuple[int, list[tuple[int, ExchangePhase]]]:
+    """Read and validate a snapshot file.
+
+    Args:
+        path: the file.
+
+    Returns:
+        ``(tile_count, [(phase id, phase), ...])``.
+
+    Raises:
+        PackageError: naming the phase and transfer of the first problem (exit status 2).
+    """
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise PackageError(f"cannot read snapshot {path}: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PackageError(f"snapshot {path} is not JSON: {err}") from None
+    return parse_snapshot(document)
+
+
+def parse_snapshot(document: object) -> tuple[int, list[tuple[int, ExchangePhase]]]:
+    """Validate a decoded snapshot document (see :func:`read_snapshot`)."""
+    if not isinstance(document, dict):
+        raise PackageError("snapshot: the top level must be an object")
+    fmt = document.get("format", SNAPSHOT_FORMAT)
+    if fmt != SNAPSHOT_FORMAT:
+        raise PackageError(f"snapshot: format is {fmt!r}, expected {SNAPSHOT_FORMAT!r}")
+    tile_count = _integer(document, "tile_count", "snapshot")
+    phases_value = _field(document, "phases", "snapshot")
+    if not isinstance(phases_value, list):
+        raise PackageError("snapshot: 'phases' must be a list")
+    phases: list[tuple[int, ExchangePhase]] = []
+    seen: set[int] = set()
+    for position, entry in enumerate(phases_value):
+        where = f"phase entry {position}"
+        if not isinstance(entry, dict):
+            raise PackageError(f"{where}: must be an object")
+        phase_id = _integer(entry, "phase", where)
+        where = f"phase {phase_id}"
+        if phase_id < 0 or phase_id in seen:
+            raise PackageError(f"{where}: phase ids must be distinct and non-negative")
+        seen.add(phase_id)
+        transfers_value = _field(entry, "transfers", where)
+        if not isinstance(transfers_value, list):
+            raise PackageError(f"{where}: 'transfers' must be a list")
+        transfers = tuple(
+            _transfer(item, f"{where} transfer {index}") for index, item in enumerate(transfers_value)
+        )
+        phase = ExchangePhase(transfers, tile_count)
+        try:
+            phase.validate()
+        except ScheduleError as err:
+            raise PackageError(f"{where} {err}") from None
+        phases.append((phase_id, phase))
+    return tile_count, phases
+
+
+def _field(mapping: dict[str, Any], key: str, where: str) -> Any:
+    if key not in mapping:
+        raise PackageError(f"{where}: missing key {key!r}")
+    return mapping[key]
+
+
+def _integer(mapping: dict[str, Any], key: str, where: str) -> int:
+    value = _field(mapping, key, where)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PackageError(f"{where}: {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _transfer(item: object, where: str) -> Transfer:
+    if not isinstance(item, dict):
+        raise PackageError(f"{where}: must be an object")
+    source = _integer(item, "source", where)
+    source_address = _integer(item, "source_address", where)
+    words = _integer(item, "words", where)
+    width = item.get("width", WORD32)
+    if width not in WIDTHS:
+        raise PackageError(f"{where}: width {width!r} is not one of {', '.join(WIDTHS)}")
+    destinations_value = _field(item, "destinations", where)
+    if not isinstance(destinations_value, list):
+        raise PackageError(f"{where}: 'destinations' must be a list of [tile, address]")
+    destinations = []
+    for pair in destinations_value:
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or any(isinstance(v, bool) or not isinstance(v, int) for v in pair)
+        ):
+            raise PackageError(f"{where}: destination {pair!r} is not [tile, address]")
+        destinations.append((pair[0], pair[1]))
+    return Transfer(source, source_address, tuple(destinations), words, width)
+
+
+def schedule_document(
+    schedules: Sequence[tuple[int, PhaseSchedule]], model: ExchangeModel
+) -> dict[str, Any]:
+    """Schedules of snapshot phases as a JSON-ready dict (see the module docstring)."""
+    return {
+        "format": SCHEDULE_FORMAT,
+        "version": VERSION,
+        "model": model.as_dict(),
+        "phases": [
+            {
+                "phase": phase_id,
+                "horizon": schedule.horizon,
+                "kind": schedule.kind,
+                "transfers": [
+                    {
+                        "pieces": [
+                            {
+                                "send_cycle": p.send_cycle,
+                                "offset_words": p.offset_words,
+                                "words": p.words,
+                            }
+                            for p in pieces
+                        ],
+                        "first_arrivals": list(arrivals),
+                    }
+                    for pieces, arrivals in zip(
+                        schedule.pieces, schedule.first_arrivals or (), strict=True
+                    )
+                ],
+            }
+            for phase_id, schedule in schedules
+        ],
+    }
+
+
+def write_schedule(
+    path: str | Path, schedules: Sequence[tuple[int, PhaseSchedule]], model: ExchangeModel
+) -> None:
+    """Write a schedule file (see the module docstring)."""
+    text = json.dumps(schedule_document(schedules, model), separators=(",", ":"))
+    Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def read_schedule(path: str | Path) -> dict[int, PhaseSchedule]:
+    """Read a schedule file into schedules by phase id (not verified here).
+
+    Raises:
+        PackageError: if the file is not a schedule document.
+    """
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise PackageError(f"cannot read schedule {path}: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PackageError(f"schedule {path} is not JSON: {err}") from None
+    try:
+        model = ExchangeModel(**document["model"])
+        result: dict[int, PhaseSchedule] = {}
+        for entry in document["phases"]:
+            pieces = tuple(
+                tuple(
+                    Piece(int(p["send_cycle"]), int(p["offset_words"]), int(p["words"]))
+                    for p in transfer["pieces"]
+                )
+                for transfer in entry["transfers"]
+            )
+            arrivals = tuple(
+                tuple(int(c) for c in transfer["first_arrivals"]) for transfer in entry["transfers"]
+            )
+            result[int(entry["phase"])] = PhaseSchedule(
+                pieces, int(entry["horizon"]), str(entry.get("kind", "external")), model, arrivals
+            )
+    except (KeyError, TypeError, ValueError) as err:
+        raise PackageError(f"schedule {path}: malformed ({err!r})") from None
+    return result
