@@ -435,7 +435,7 @@ class _Unit:
                 break
             if pname in keyword:
                 values[pname] = keyword[pname]
-            elif idx < len(positional):
+            elif idx < len(positional) and (positional[idx] or default is None):
                 values[pname] = positional[idx]
             elif default is not None:
                 values[pname] = default

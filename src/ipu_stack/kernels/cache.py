@@ -207,3 +207,17 @@ def _remove(path: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def tree_digest(root: Path | str) -> str:
+    """SHA-256 of a source tree: for each file in sorted relative-path order, the path, NUL,
+    its bytes, NUL (``kernel-build-id``; reference-system §1.2)."""
+    base = Path(root)
+    if not base.is_dir():
+        raise NotADirectoryError(f"{root} is not a directory")
+    digest = hashlib.sha256()
+    files = sorted(p for p in base.rglob("*") if p.is_file())
+    for path in sorted(files, key=lambda p: p.relative_to(base).as_posix()):
+        digest.update(path.relative_to(base).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()

@@ -197,7 +197,9 @@ def preflight(source: Path | str, flags: Sequence[str], variant: str) -> Preflig
     text, stderr, _argv, tool = preprocess(path, flags)
     result.preprocessor = tool
     if not text:
-        for line in stderr.strip().splitlines() or ["preprocessor failed without a message"]:
+        said = stderr.strip().splitlines() or ["preprocessor failed without a message"]
+        errors = [line for line in said if re.search(r"\b(error|warning):", line)]
+        for line in errors or said:
             result.expansion.issues.append(Issue("preprocessor", f"{tool}: {line.strip()}", ()))
         return result
     result.preprocessed = text

@@ -1,0 +1,1 @@
+#define TINY_VALUE 7
