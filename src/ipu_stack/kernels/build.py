@@ -33,6 +33,7 @@ from ipu_stack.low.program import GemmCall
 from ipu_stack.trace import Trace
 
 LOGGER = logging.getLogger("ipu_stack")
+PARALLEL_MIN_UNITS = 3
 
 
 class KernelBuildError(IpuStackError):
@@ -248,8 +249,9 @@ def compile_kernels(
         else:
             trace.event("kernel cache miss", name=unit.name, key=key)
             misses.append(unit)
+    # Processes pay off from a handful of misses; fewer run inline (no pool start-up).
     workers = min(len(misses), jobs or os.cpu_count() or 1)
-    if workers > 1:
+    if workers > 1 and len(misses) >= PARALLEL_MIN_UNITS:
         sdk = str(toolchain.sdk) if toolchain.sdk else None
         with ProcessPoolExecutor(workers) as pool:
             futures = [pool.submit(_compile_in_worker, u, sdk, str(cache.root)) for u in misses]

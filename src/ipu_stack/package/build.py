@@ -4,6 +4,8 @@ plan          rank operator plans per operation (vectorised cost model)
 lower         lower the chosen plans to logical tile shards, work lists, exchange steps
 place         lifetimes + SRAM addresses on the IPU21 map (falls back to leaner plans)
 schedule      physical exchange phases, scheduled and verified
+plan_kernels  every kernel specialisation the program calls (GEMM rows paired small/large)
+compile_kernels  preflight + popc (or check-only without an SDK) through the kernel cache
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from ipu_stack.exchange.model import (
 from ipu_stack.exchange.scheduler import exchange_row_words, optimize_phase
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
+from ipu_stack.kernels.toolchain import Toolchain
 from ipu_stack.low.lower import lower_program, plan_graph
-from ipu_stack.low.program import ExchangeStep, LowProgram
+from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.place.assign import Placement, physical_phase, place_program
 from ipu_stack.target.ipu21 import TILES
@@ -40,6 +44,8 @@ class BuildConfig:
 
     tiles: int = TILES
     exchange_time_budget: float = 0.5  # seconds per exchange phase for the scheduler
+    compile_kernels: bool = True  # check or compile each kernel unit (the simulator needs none)
+    kernel_sdk: str | None = None  # Poplar SDK root (default $POPLAR_SDK_ENABLED, else check)
 
 
 @dataclass(slots=True)
@@ -52,9 +58,11 @@ class Build:
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]]
     trace: Trace
     plans: dict[int, GemmPlan] = field(default_factory=dict)
+    kernels: list[KernelArtifact] = field(default_factory=list)
 
     def report(self) -> dict[str, object]:
         return {
+            "kernels": [k.describe() for k in self.kernels],
             "phases": self.trace.phases,
             "events": self.trace.events,
             "plans": self.program.plans,
@@ -160,7 +168,15 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
         logical_shards=sum(len(b.shards) for b in program.bindings),
         exchange_phases=len(schedules),
     )
-    return Build(graph, program, placement, schedules, trace, plans)
+    # Each kernel unit is checked (or compiled) once, through the content-addressed cache.
+    with trace.phase("plan_kernels"):
+        calls = (c for s in program.steps if isinstance(s, ComputeStep) for c in s.calls)
+        units = plan_kernels(calls)
+    kernels: list[KernelArtifact] = []
+    if config.compile_kernels:
+        with trace.phase("compile_kernels"):
+            kernels = compile_kernels(units, Toolchain.discover(config.kernel_sdk), trace=trace)
+    return Build(graph, program, placement, schedules, trace, plans, kernels)
 
 
 def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:
