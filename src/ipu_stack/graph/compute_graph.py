@@ -266,9 +266,7 @@ class ComputeGraph:
         if -1 in shape:
             known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
             if known == 0 or x.size % known:
-                raise GraphError(
-                    f"{op_name}: cannot view {x.name!r} {x.shape} as {tuple(shape)}"
-                )
+                raise GraphError(f"{op_name}: cannot view {x.name!r} {x.shape} as {tuple(shape)}")
             shape[shape.index(-1)] = x.size // known
         if int(np.prod(shape, dtype=np.int64)) != x.size:
             raise GraphError(
@@ -281,8 +279,9 @@ class ComputeGraph:
         """Permute axes: output axis i is input axis perm[i]."""
         x = self._check(x)
         op_name = self._name("transpose", name)
-        perm = tuple(int(p) % len(x.shape) if -len(x.shape) <= p < len(x.shape) else -1
-                     for p in perm)
+        perm = tuple(
+            int(p) % len(x.shape) if -len(x.shape) <= p < len(x.shape) else -1 for p in perm
+        )
         if sorted(perm) != list(range(len(x.shape))):
             raise GraphError(
                 f"{op_name}: perm {tuple(perm)} is not a permutation of the {len(x.shape)} "

@@ -37,9 +37,7 @@ class ShardIndex:
 
     def __init__(self, shards: list[Shard]) -> None:
         self.shards = shards
-        self.box = np.array(
-            [(*sh.rows, *sh.cols) for sh in shards], dtype=np.int64
-        ).reshape(-1, 4)
+        self.box = np.array([(*sh.rows, *sh.cols) for sh in shards], dtype=np.int64).reshape(-1, 4)
 
     def hits(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
         b = self.box

@@ -20,7 +20,7 @@ from ipu_stack.low.program import (
     Shard,
 )
 from ipu_stack.mid.gemm_plan import GemmPlan, GemmProblem, enumerate_plans
-from ipu_stack.target.ipu21 import SYNC_CYCLES
+from ipu_stack.target.ipu21 import EXCHANGE_PHASE_OVERHEAD
 from ipu_stack.target.ipu21 import precision as lookup_precision
 
 
@@ -70,13 +70,20 @@ def plan_graph(graph: ComputeGraph, tiles: int) -> dict[int, list[GemmPlan]]:
     return {op_id: enumerate_plans(p, tiles) for op_id, p in gemm_problems(graph).items()}
 
 
-def lower_program(graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: int) -> LowProgram:
+def lower_program(
+    graph: ComputeGraph,
+    plans: dict[int, GemmPlan],
+    tile_count: int,
+    row_tiles: dict[str, int] | None = None,
+) -> LowProgram:
     """Lower every operation with its chosen plan.
 
     Args:
         graph: a verified graph.
         plans: the chosen plan of each operation, by operation id.
         tile_count: the number of tiles available.
+        row_tiles: operations the plan puts in whole-row layouts, with their tile counts.
+        row_tiles: operations the plan puts in whole-row layouts, with their tile counts.
 
     Returns:
         The program over logical tiles, with host bindings for inputs, parameters, outputs.
@@ -86,6 +93,7 @@ def lower_program(graph: ComputeGraph, plans: dict[int, GemmPlan], tile_count: i
     host_shards: dict[int, list[Shard]] = defaultdict(list)
     value_shards: dict[int, list[Shard]] = {}
     ctx = OpLowering(graph, builder, tile_count, value_shards, host_shards)
+    ctx.row_tiles.update(row_tiles or {})
     estimates: dict[str, int] = {}
     for op in graph.operations:
         if op.kind == "gemm":
@@ -164,5 +172,5 @@ def step_estimate(
             sent[t.source_tile] += t.words
             for tile, _ in t.destinations:
                 received[tile] += t.words
-        exchange = SYNC_CYCLES + max(max(sent.values()), max(received.values()))
+        exchange = EXCHANGE_PHASE_OVERHEAD + max(max(sent.values()), max(received.values()))
     return busiest(before) + exchange + busiest(after)

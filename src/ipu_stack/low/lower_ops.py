@@ -62,6 +62,8 @@ class OpLowering:
     value_shards: dict[int, list[Shard]]
     host_shards: dict[int, list[Shard]]
     buffer_use: dict[tuple[int, str], int] = field(default_factory=dict)
+    # ops the mid-level plan puts in a row layout over this many tiles (else: anchor layout)
+    row_tiles: dict[str, int] = field(default_factory=dict)
     # per op: (calls before exchange, transfers, calls after) for the estimate
     costs: dict[str, tuple[list[KernelCall], list[LogicalTransfer], list[KernelCall]]] = field(
         default_factory=dict
@@ -78,8 +80,14 @@ class OpLowering:
     def close_buffers(self, host_written: set[tuple[int, str]] | None = None) -> None:
         for (tile, name), size in self.buffer_use.items():
             self.builder.buffer(
-                Buffer(tile, name, max(size, BUFFER_ALIGN), BUFFER_ALIGN, "any",
-                       host_written=bool(host_written and (tile, name) in host_written))
+                Buffer(
+                    tile,
+                    name,
+                    max(size, BUFFER_ALIGN),
+                    BUFFER_ALIGN,
+                    "any",
+                    host_written=bool(host_written and (tile, name) in host_written),
+                )
             )
         self.buffer_use.clear()
 
@@ -119,8 +127,9 @@ class OpLowering:
         return gather(requests, ShardIndex(shards), eb, what)
 
 
-def broadcast_rows(out_shape: tuple[int, ...], in_shape: tuple[int, ...],
-                   r0: int, r1: int) -> np.ndarray:
+def broadcast_rows(
+    out_shape: tuple[int, ...], in_shape: tuple[int, ...], r0: int, r1: int
+) -> np.ndarray:
     """For output flat rows [r0, r1), the input flat row each one reads (NumPy broadcast)."""
     lead_out = out_shape[:-1]
     lead_in = (1,) * (len(out_shape) - len(in_shape)) + in_shape[:-1] if len(in_shape) > 1 else ()
@@ -128,21 +137,29 @@ def broadcast_rows(out_shape: tuple[int, ...], in_shape: tuple[int, ...],
         return np.zeros(r1 - r0, dtype=np.int64)
     if not lead_in:
         return np.zeros(r1 - r0, dtype=np.int64)
-    lead_in = lead_in[-len(lead_out):]
+    lead_in = lead_in[-len(lead_out) :]
     idx = np.unravel_index(np.arange(r0, r1), lead_out)
     idx_in = tuple(np.where(np.array(d) == 1, 0, i) for i, d in zip(idx, lead_in, strict=True))
     return np.ravel_multi_index(idx_in, lead_in).astype(np.int64)
 
 
 def _stage(
-    ctx: OpLowering, op: Operation, value: Value, tile: int, out_rows: tuple[int, int],
-    out_cols: tuple[int, int], out_shape: tuple[int, ...], buf: str,
+    ctx: OpLowering,
+    op: Operation,
+    value: Value,
+    tile: int,
+    out_rows: tuple[int, int],
+    out_cols: tuple[int, int],
+    out_shape: tuple[int, ...],
+    buf: str,
 ) -> tuple[View, list[GatherRequest]]:
     """Stage the part of a (broadcast) operand that an output shard reads."""
     _n_in, c_in = flat_shape(value.shape)
     eb = lookup_precision(value.dtype).element_bytes
-    rows = broadcast_rows(out_shape, value.shape, *out_rows) if len(value.shape) > 1 else (
-        np.zeros(out_rows[1] - out_rows[0], dtype=np.int64)
+    rows = (
+        broadcast_rows(out_shape, value.shape, *out_rows)
+        if len(value.shape) > 1
+        else (np.zeros(out_rows[1] - out_rows[0], dtype=np.int64))
     )
     cols = out_cols if c_in == out_shape[-1] else (0, 1)
     if c_in not in (1, out_shape[-1]):
@@ -160,8 +177,9 @@ def _stage(
     return View(ref, nrows, ncols, stride, value.dtype), requests
 
 
-def _anchor_layout(ctx: OpLowering, op: Operation, anchor: Value | None, full_rows: bool
-                   ) -> list[Shard] | None:
+def _anchor_layout(
+    ctx: OpLowering, op: Operation, anchor: Value | None, full_rows: bool
+) -> list[Shard] | None:
     if anchor is None:
         return None
     shards = ctx.shards_of(anchor)
@@ -180,11 +198,12 @@ def lower_map(ctx: OpLowering, op: Operation) -> list[Shard]:
     n, c = flat_shape(out.shape)
     full_rows = op.kind in ("layer_norm", "softmax")
     anchor = next((v for v in ins if v.shape == out.shape), None) if op.kind != "cast" else ins[0]
-    anchor_shards = _anchor_layout(ctx, op, anchor, full_rows)
+    anchor_shards = None if op.name in ctx.row_tiles else _anchor_layout(ctx, op, anchor, full_rows)
     if anchor_shards is not None:
         layout = [(sh.tile, sh.rows, sh.cols, sh) for sh in anchor_shards]
     else:
-        layout = [(t, (r0, r1), (0, c), None) for t, r0, r1 in row_partition(n, ctx.tiles)]
+        tiles = ctx.row_tiles.get(op.name, ctx.tiles)
+        layout = [(t, (r0, r1), (0, c), None) for t, r0, r1 in row_partition(n, tiles)]
     eb_out = lookup_precision(out.dtype).element_bytes
     calls: list[KernelCall] = []
     requests: dict[int, list[GatherRequest]] = defaultdict(list)
@@ -214,8 +233,13 @@ def lower_map(ctx: OpLowering, op: Operation) -> list[Shard]:
     return out_shards
 
 
-def _finish(ctx: OpLowering, op: Operation, ins: list[Value],
-            requests: dict[int, list[GatherRequest]], calls: list[KernelCall]) -> None:
+def _finish(
+    ctx: OpLowering,
+    op: Operation,
+    ins: list[Value],
+    requests: dict[int, list[GatherRequest]],
+    calls: list[KernelCall],
+) -> None:
     copies: list[KernelCall] = []
     transfers: list[LogicalTransfer] = []
     for v in {v.id: v for v in ins}.values():
@@ -240,7 +264,7 @@ def _move(ctx: OpLowering, op: Operation, src_rows_of: RequestMaker, out_c: int)
     eb = lookup_precision(out.dtype).element_bytes
     requests: list[GatherRequest] = []
     shards = []
-    for tile, r0, r1 in row_partition(n, ctx.tiles):
+    for tile, r0, r1 in row_partition(n, ctx.row_tiles.get(op.name, ctx.tiles)):
         stride = _stride(out_c, eb)
         ref = ctx.carve(tile, f"{op.name}.out", (r1 - r0) * stride)
         requests += src_rows_of(tile, ref, stride, r0, r1)
@@ -270,14 +294,18 @@ def lower_view(ctx: OpLowering, op: Operation) -> list[Shard]:
     if full and c_in % c_out == 0 and (c_out * eb) % 4 == 0:
         k = c_in // c_out
         ctx.costs[op.name] = ([], [], [])
-        return [Shard(sh.tile, sh.ref, (sh.rows[0] * k, sh.rows[1] * k), (0, c_out), c_out * eb)
-                for sh in shards]
+        return [
+            Shard(sh.tile, sh.ref, (sh.rows[0] * k, sh.rows[1] * k), (0, c_out), c_out * eb)
+            for sh in shards
+        ]
     if full and c_out % c_in == 0:
         k = c_out // c_in
         if all(sh.rows[0] % k == 0 and sh.rows[1] % k == 0 for sh in shards):
             ctx.costs[op.name] = ([], [], [])
-            return [Shard(sh.tile, sh.ref, (sh.rows[0] // k, sh.rows[1] // k), (0, c_out),
-                          c_out * eb) for sh in shards]
+            return [
+                Shard(sh.tile, sh.ref, (sh.rows[0] // k, sh.rows[1] // k), (0, c_out), c_out * eb)
+                for sh in shards
+            ]
 
     def requests(tile: int, ref: Ref, stride: int, r0: int, r1: int) -> list[GatherRequest]:
         out_reqs = []
@@ -288,8 +316,9 @@ def lower_view(ctx: OpLowering, op: Operation) -> list[Shard]:
                 sr, sc = divmod(f, c_in)
                 take = min(f1 - f, c_in - sc)
                 pos = (r - r0) * stride + (f - f0) * eb
-                out_reqs.append(GatherRequest(tile, ref.at(pos), stride, (sr, sr + 1),
-                                              (sc, sc + take)))
+                out_reqs.append(
+                    GatherRequest(tile, ref.at(pos), stride, (sr, sr + 1), (sc, sc + take))
+                )
                 f += take
         return out_reqs
 
@@ -312,13 +341,14 @@ def lower_transpose(ctx: OpLowering, op: Operation) -> list[Shard]:
             for i, p in enumerate(perm[:-1]):
                 src_idx[p] = idx[i]
             rows = np.ravel_multi_index(tuple(src_idx), src.shape[:-1])  # type: ignore[arg-type]
-            return [GatherRequest(tile, ref.at(pos * stride), stride, (s, s + cnt),
-                                  (0, src.shape[-1])) for s, cnt, pos in row_runs(rows)]
+            return [
+                GatherRequest(tile, ref.at(pos * stride), stride, (s, s + cnt), (0, src.shape[-1]))
+                for s, cnt, pos in row_runs(rows)
+            ]
 
         return _move(ctx, op, requests, out.shape[-1])
 
-    def element_requests(tile: int, ref: Ref, stride: int, r0: int, r1: int
-                         ) -> list[GatherRequest]:
+    def element_requests(tile: int, ref: Ref, stride: int, r0: int, r1: int) -> list[GatherRequest]:
         c_out = out.shape[-1]
         flat = np.arange(r0 * c_out, r1 * c_out)
         idx = np.unravel_index(flat, out.shape)
@@ -330,8 +360,15 @@ def lower_transpose(ctx: OpLowering, op: Operation) -> list[Shard]:
         reqs = []
         for e in range(flat.size):
             pos = (e // c_out) * stride + (e % c_out) * eb
-            reqs.append(GatherRequest(tile, ref.at(pos), stride, (int(srow[e]), int(srow[e]) + 1),
-                                      (int(scol[e]), int(scol[e]) + 1)))
+            reqs.append(
+                GatherRequest(
+                    tile,
+                    ref.at(pos),
+                    stride,
+                    (int(srow[e]), int(srow[e]) + 1),
+                    (int(scol[e]), int(scol[e]) + 1),
+                )
+            )
         return reqs
 
     if out.size > MAX_GATHER_REQUESTS:
@@ -357,8 +394,10 @@ def lower_slice(ctx: OpLowering, op: Operation) -> list[Shard]:
         else:
             rows = np.zeros(r1 - r0, dtype=np.int64)
         cols = bounds[-1]
-        return [GatherRequest(tile, ref.at(pos * stride), stride, (s, s + cnt), cols)
-                for s, cnt, pos in row_runs(np.asarray(rows, dtype=np.int64))]
+        return [
+            GatherRequest(tile, ref.at(pos * stride), stride, (s, s + cnt), cols)
+            for s, cnt, pos in row_runs(np.asarray(rows, dtype=np.int64))
+        ]
 
     return _move(ctx, op, requests, out.shape[-1])
 
@@ -371,14 +410,15 @@ def lower_attention(ctx: OpLowering, op: Operation) -> list[Shard]:
     tq, d = q.shape[-2:]
     tk, dv = v.shape[-2:]
     heads = int(np.prod(q.shape[:-2], dtype=np.int64)) if len(q.shape) > 2 else 1
-    parts = max(1, min(tq, ctx.tiles // heads)) if heads <= ctx.tiles else 1
+    tiles = ctx.row_tiles.get(op.name, ctx.tiles)
+    parts = max(1, min(tq, tiles // heads)) if heads <= tiles else 1
     qb = -(-tq // parts)
     eb = lookup_precision(out.dtype).element_bytes
     requests: dict[int, list[GatherRequest]] = defaultdict(list)
     calls: list[KernelCall] = []
     shards = []
     tile = 0
-    per_tile = max(1, -(-heads * -(-tq // qb) // ctx.tiles))
+    per_tile = max(1, -(-heads * -(-tq // qb) // tiles))
     count = 0
     for h in range(heads):
         for q0 in range(0, tq, qb):
@@ -392,16 +432,21 @@ def lower_attention(ctx: OpLowering, op: Operation) -> list[Shard]:
             ):
                 stride = _stride(width, eb)
                 ref = ctx.carve(tile, f"{op.name}.{role}", (r_hi - r_lo) * stride)
-                requests[val.id].append(
-                    GatherRequest(tile, ref, stride, (r_lo, r_hi), (0, width))
-                )
+                requests[val.id].append(GatherRequest(tile, ref, stride, (r_lo, r_hi), (0, width)))
                 views.append(View(ref, r_hi - r_lo, width, stride, val.dtype))
             stride = _stride(dv, eb)
             oref = ctx.carve(tile, f"{op.name}.out", rows * stride)
-            attrs = (("causal", bool(op.attr("causal"))), ("scale", float(op.attr("scale"))),
-                     ("q_offset", q0), ("q_total", tq))
-            calls.append(MapCall(tile, "attention", View(oref, rows, dv, stride, out.dtype),
-                                 tuple(views), attrs))
+            attrs = (
+                ("causal", bool(op.attr("causal"))),
+                ("scale", float(op.attr("scale"))),
+                ("q_offset", q0),
+                ("q_total", tq),
+            )
+            calls.append(
+                MapCall(
+                    tile, "attention", View(oref, rows, dv, stride, out.dtype), tuple(views), attrs
+                )
+            )
             shards.append(Shard(tile, oref, (h * tq + q0, h * tq + q1), (0, dv), stride))
             count += 1
             if count == per_tile:

@@ -185,6 +185,7 @@ class LowProgram:
     estimated_cycles: int
     estimated_exchange_cycles: int
     plans: dict[str, dict[str, object]]
+    finalist: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -92,7 +92,7 @@ class GemmPlan:
         return (
             self.operand_exchange_cycles
             + self.reduction_exchange_cycles
-            + self.exchange_phases * ipu21.SYNC_CYCLES
+            + self.exchange_phases * ipu21.EXCHANGE_PHASE_OVERHEAD
         )
 
     def describe(self) -> dict[str, object]:
@@ -144,6 +144,30 @@ def _multicast_cycles(words: np.ndarray, group: np.ndarray) -> np.ndarray:
     return np.where(group >= 3, words, np.where(group == 2, _ceil_div(words, 2), 0))
 
 
+def _packs(
+    buffers: np.ndarray, il_extra: np.ndarray, standard: int, interleaved_free: np.ndarray
+) -> np.ndarray:
+    """Whether each candidate's free-region buffers fit, first-fit decreasing, in what is left
+    of the standard region and of the interleaved region (buffers are contiguous).
+
+    ``il_extra[i]`` is what buffer kind ``i`` costs in addition when it lands in the
+    interleaved region (the GEMM left operand then keeps a whole element pair off the output).
+    """
+    order = np.argsort(-buffers, axis=0, kind="stable")
+    ordered = np.take_along_axis(buffers, order, axis=0)
+    extra = il_extra[order]
+    std = np.full(buffers.shape[1], standard, dtype=np.int64)
+    il = interleaved_free.copy()
+    ok = il >= 0
+    for size, more in zip(ordered, extra, strict=True):
+        to_std = size <= std
+        std = np.where(to_std, std - size, std)
+        to_il = ~to_std & (size + more <= il)
+        il = np.where(to_il, il - size - more, il)
+        ok &= to_std | to_il
+    return ok
+
+
 def _expand(cands: dict[str, np.ndarray], name: str, choices: np.ndarray) -> dict[str, np.ndarray]:
     """Cartesian product of the candidate table with one more column."""
     n, m = next(iter(cands.values())).size, choices.size
@@ -162,7 +186,9 @@ MODE_CODES = {"resident": 0, "distributed": 1, "moved": 2}
 MODE_NAMES = {v: k for k, v in MODE_CODES.items()}
 
 
-def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[GemmPlan]:
+def enumerate_plans(
+    problem: GemmProblem, tiles: int, limit: int = 16, capacity_scale: float = 1.0
+) -> list[GemmPlan]:
     """The cheapest feasible plans for ``problem`` on at most ``tiles`` tiles, best first.
 
     Raises:
@@ -239,10 +265,10 @@ def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[G
             + ipu21.LOCAL_COPY_CALL_CYCLES,
             0,
         )
-        return exchange * steps, work + home, work, copy * steps
+        return exchange * steps, work, home, copy * steps
 
-    left_x, left_mem, _left_work, left_copy = operand(lmode, left_step_bytes, left_group)
-    right_x, right_mem, right_work, right_copy = operand(rmode, right_step_bytes, right_group)
+    left_x, left_work, left_home, left_copy = operand(lmode, left_step_bytes, left_group)
+    right_x, right_work, right_home, right_copy = operand(rmode, right_step_bytes, right_group)
     operand_x = left_x + right_x
     operand_phases = np.where(operand_x > 0, steps, 0)
     out_bytes = _round_up(bb * rb * cols * eb, ALIGN)
@@ -260,19 +286,49 @@ def enumerate_plans(problem: GemmProblem, tiles: int, limit: int = 16) -> list[G
     )
     phases = operand_phases + (pk > 1)
     copies = left_copy + right_copy
-    total = kernel + copies + operand_x + reduce_words + reduce_kernel + phases * ipu21.SYNC_CYCLES
+    total = (
+        kernel
+        + copies
+        + operand_x
+        + reduce_words
+        + reduce_kernel
+        + phases * ipu21.EXCHANGE_PHASE_OVERHEAD
+    )
     # Output accumulators (and interleaved weights) must sit in the interleaved region; the
     # left operand and the output must not share an element (each rounds to one element).
-    interleaved = out_bytes + np.where(wint, right_work, 0) + ELEMENT_SLACK
-    peak = left_mem + right_mem + out_bytes + reduce_bytes + 2 * ELEMENT_SLACK
-    capacity = STANDARD_DATA_BYTES + INTERLEAVED_DATA_BYTES
-    fits = (interleaved <= INTERLEAVED_DATA_BYTES) & (peak <= capacity)
+    interleaved = out_bytes + np.where(wint, right_work, 0)
+    peak = (
+        left_work
+        + left_home
+        + right_work
+        + right_home
+        + out_bytes
+        + reduce_bytes
+        + 2 * ELEMENT_SLACK
+    )
+    # capacity_scale < 1 leaves room for allocator losses when a first placement failed.
+    capacity = int((STANDARD_DATA_BYTES + INTERLEAVED_DATA_BYTES) * capacity_scale)
+    packs = _packs(
+        np.stack([left_work, left_home, np.where(wint, 0, right_work), right_home, reduce_bytes]),
+        np.array([ELEMENT_SLACK, 0, 0, 0, 0]),
+        int(STANDARD_DATA_BYTES * capacity_scale),
+        (INTERLEAVED_DATA_BYTES * capacity_scale - interleaved).astype(np.int64),
+    )
+    fits = packs & (peak <= capacity)
     if not fits.any():
+        if (peak <= capacity).any():
+            raise PlanError(
+                f"gemm {p.batch}x{p.m}x{p.k}x{p.n} ({p.precision.name}) does not fit in tile "
+                f"memory on {tiles} tiles: plans small enough in total cannot lay their buffers "
+                f"out in the standard ({int(STANDARD_DATA_BYTES * capacity_scale)} bytes) and "
+                f"interleaved ({int(INTERLEAVED_DATA_BYTES * capacity_scale)} bytes) regions"
+            )
         shortfall = int((peak - capacity).min())
         raise PlanError(
             f"gemm {p.batch}x{p.m}x{p.k}x{p.n} ({p.precision.name}) does not fit in tile memory "
-            f"on {tiles} tiles: the smallest plan needs {int(peak.min())} bytes per tile, "
-            f"{shortfall} more than the {capacity} available"
+            f"on {tiles} tiles: the smallest plan needs {int(peak.min())} bytes per tile of "
+            f"tile data memory (standard + interleaved regions), {shortfall} more than the "
+            f"{capacity} available"
         )
     idx = np.flatnonzero(fits)
     # Cheapest first; ties go to fewer tiles, then to the smaller memory footprint.

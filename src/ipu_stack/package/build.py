@@ -26,16 +26,17 @@ from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
 from ipu_stack.kernels.toolchain import Toolchain
-from ipu_stack.low.lower import lower_program, plan_graph
+from ipu_stack.low.lower import lower_program
 from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
+from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, lower_mid
 from ipu_stack.place.assign import Placement, physical_phase, place_program
 from ipu_stack.target.ipu21 import TILES
 from ipu_stack.trace import Trace
 
-MAX_PLACEMENT_RETRIES = 8
 LARGE_PHASE_TRANSFERS = 1000
 EXCHANGE_TARGET_GAP = 0.01  # stop improving an exchange schedule within 1% of its bound
+CAPACITY_SCALES = (1.0, 0.85, 0.7)
 
 
 @dataclass(slots=True)
@@ -44,6 +45,8 @@ class BuildConfig:
 
     tiles: int = TILES
     exchange_time_budget: float = 0.5  # seconds per exchange phase for the scheduler
+    finalists: int = DEFAULT_FINALISTS  # whole-graph plans kept by lower_mid
+    beam_width: int = DEFAULT_BEAM_WIDTH  # partial plans kept per operation
     compile_kernels: bool = True  # check or compile each kernel unit (the simulator needs none)
     kernel_sdk: str | None = None  # Poplar SDK root (default $POPLAR_SDK_ENABLED, else check)
 
@@ -66,6 +69,10 @@ class Build:
             "phases": self.trace.phases,
             "events": self.trace.events,
             "plans": self.program.plans,
+            "finalist": self.program.finalist,
+            "finalists": [
+                e for e in self.trace.events if e["event"] == "retained operator-plan finalist"
+            ],
             "estimated_cycles": self.program.estimated_cycles,
             "estimated_exchange_cycles": self.program.estimated_exchange_cycles,
             "memory": self.placement.peaks,
@@ -106,33 +113,31 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
 
         raise GraphError(f"--tiles must be between 1 and {TILES}, got {config.tiles}")
     graph.verify()
-    with trace.phase("plan"):
-        ranked = plan_graph(graph, config.tiles)
-    choice = {op_id: 0 for op_id in ranked}
-    for attempt in range(MAX_PLACEMENT_RETRIES):
-        plans = {op_id: ranked[op_id][i] for op_id, i in choice.items()}
-        with trace.phase("lower"):
-            program = lower_program(graph, plans, config.tiles)
-        try:
-            with trace.phase("place"):
-                placement = place_program(program)
+    error: PlanError | None = None
+    for scale in CAPACITY_SCALES:
+        # A tighter memory model on retry leaves room for allocator losses.
+        with trace.phase("lower_mid"):
+            finalists = lower_mid(graph, config.tiles, config.finalists, config.beam_width,
+                                  trace, scale)
+        for finalist in finalists:
+            plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations
+                     if op.kind == "gemm"}
+            with trace.phase("lower"):
+                program = lower_program(graph, plans, config.tiles, finalist.row_tiles)
+            try:
+                with trace.phase("place"):
+                    placement = place_program(program)
+                error = None
+                break
+            except PlanError as err:
+                error = err
+                trace.event("placement failed; trying the next finalist",
+                            finalist=finalist.index, reason=str(err).splitlines()[0])
+        if error is None:
             break
-        except PlanError as err:
-            # Fall back, for every operation, to the cheapest plan with a smaller footprint.
-            moved = False
-            for op_id, i in choice.items():
-                current = ranked[op_id][i].peak_bytes
-                for j in range(i + 1, len(ranked[op_id])):
-                    if ranked[op_id][j].peak_bytes < current:
-                        choice[op_id], moved = j, True
-                        break
-            if not moved or attempt == MAX_PLACEMENT_RETRIES - 1:
-                raise err
-            trace.event(
-                "placement failed; trying leaner plans",
-                attempt=attempt,
-                reason=str(err).splitlines()[0],
-            )
+    if error is not None:
+        raise error
+    program.finalist = finalist.fields()
     for op in graph.operations:
         if op.name in program.plans:
             trace.event("selected gemm plan", operation=op.name, **_flat(program.plans[op.name]))

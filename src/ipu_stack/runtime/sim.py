@@ -172,7 +172,12 @@ class SimDevice:
             block = np.ascontiguousarray(block)
             nrows, ncols = block.shape
             off = self._span(
-                placement, sh.tile, sh.ref, (nrows - 1) * sh.row_stride + ncols * eb, 0, 4,
+                placement,
+                sh.tile,
+                sh.ref,
+                (nrows - 1) * sh.row_stride + ncols * eb,
+                0,
+                4,
                 "host write",
             )
             dest = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
@@ -192,7 +197,12 @@ class SimDevice:
         for sh in shards:
             nrows, ncols = sh.rows[1] - sh.rows[0], sh.cols[1] - sh.cols[0]
             off = self._span(
-                placement, sh.tile, sh.ref, (nrows - 1) * sh.row_stride + ncols * eb, None, 4,
+                placement,
+                sh.tile,
+                sh.ref,
+                (nrows - 1) * sh.row_stride + ncols * eb,
+                None,
+                4,
                 "host read",
             )
             rows = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
@@ -296,12 +306,14 @@ class SimDevice:
             )
         gemms.clear()
 
-    def _read_view(self, mem: np.ndarray, placement: Placement, tile: int, view: View,
-                   step: int, what: str) -> np.ndarray:
+    def _read_view(
+        self, mem: np.ndarray, placement: Placement, tile: int, view: View, step: int, what: str
+    ) -> np.ndarray:
         dtype = np.dtype(ipu21.precision(view.dtype).numpy_name)
         row_bytes = view.cols * dtype.itemsize
-        off = self._span(placement, tile, view.ref, (view.rows - 1) * view.stride + row_bytes,
-                         step, 4, what)
+        off = self._span(
+            placement, tile, view.ref, (view.rows - 1) * view.stride + row_bytes, step, 4, what
+        )
         rows = _strided_rows(mem[tile], off, view.rows, row_bytes, view.stride)
         return np.ascontiguousarray(rows).view(np.uint8).view(dtype).reshape(view.rows, view.cols)
 
@@ -314,8 +326,9 @@ class SimDevice:
         result = map_semantics(call, args)
         out = call.out
         dtype = np.dtype(ipu21.precision(out.dtype).numpy_name)
-        off = self._span(placement, t, out.ref, out.rows * out.stride, step, 8,
-                         f"{call.kind} output")
+        off = self._span(
+            placement, t, out.ref, out.rows * out.stride, step, 8, f"{call.kind} output"
+        )
         padded = np.zeros((out.rows, out.stride), dtype=np.uint8)  # pads are written as zeros
         padded[:, : out.cols * dtype.itemsize] = (
             result.astype(dtype).reshape(out.rows, out.cols).view(np.uint8)

@@ -39,6 +39,10 @@ RESERVED_RANGES: tuple[tuple[int, int], ...] = (
 EXCHANGE_BYTES_PER_CYCLE = 4  # facts §7.5 [T]/[I]: one 32-bit word per cycle each way per tile
 WORD_BYTES = 4
 SYNC_CYCLES = 600  # facts §10.2 [T]: global sync per exchange phase on ipu21
+# Estimates add the worst pair latency once per phase: time_to_mux spans -78..+112 over all
+# C600 tile pairs (facts §8.4 [T]; +112 found by the exhaustive check in test_topology).
+EXCHANGE_LATENCY_ALLOWANCE = 112
+EXCHANGE_PHASE_OVERHEAD = SYNC_CYCLES + EXCHANGE_LATENCY_ALLOWANCE  # per phase, in estimates
 
 # --- Kernel launch and local data movement (facts §12.1 [T]) --------------------------------
 KERNEL_LAUNCH_CYCLES = 11

@@ -38,9 +38,7 @@ def row_kernel_cycles(kind: str, rows: int, cols: int) -> int:
     return int(per * rows * cols + 0.999)
 
 
-def attention_cycles(
-    q_rows: int, k_rows: int, d: int, dv: int, amp_macs_per_cycle: int
-) -> int:
+def attention_cycles(q_rows: int, k_rows: int, d: int, dv: int, amp_macs_per_cycle: int) -> int:
     """Attention on one tile: both products on the AMP, softmax over the scores."""
     macs = q_rows * k_rows * (d + dv)
     blocks = -(-k_rows // ATTENTION_KEY_BLOCK)

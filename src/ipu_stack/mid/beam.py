@@ -1,0 +1,193 @@
+"""Whole-graph planning: a Pareto beam over operator candidates.
+
+Operations are visited in program order. A branch is a partial plan: one candidate per
+operation so far, the format each value was produced in, conversions inserted where a
+consumer wants another format, and running costs and memory peaks. Each step expands every
+branch with every candidate of the next operation, drops branches that cannot fit in tile
+memory, groups the rest by what later operations can see (the formats of values still
+live), keeps the Pareto frontier of each group over seven objectives, and bounds the total
+by the beam width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ipu_stack.errors import PlanError
+from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.mid.candidates import Candidate, candidates_for
+from ipu_stack.mid.formats import TensorFormat
+from ipu_stack.mid.gemm_plan import INTERLEAVED_DATA_BYTES, STANDARD_DATA_BYTES, GemmProblem
+from ipu_stack.target import ipu21
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """A rearrange (or cast) inserted before ``consumer`` for operand ``value``."""
+
+    kind: str
+    value: str
+    source: str  # the operation that produced the value
+    consumer: str
+    cycles: int
+
+
+@dataclass(slots=True)
+class Branch:
+    choices: dict[str, Candidate] = field(default_factory=dict)
+    formats: dict[int, TensorFormat] = field(default_factory=dict)
+    conversions: list[Conversion] = field(default_factory=list)
+    cycles: int = 0
+    exchange_cycles: int = 0
+    peak_standard: int = 0
+    peak_interleaved: int = 0
+    peak_total: int = 0
+    max_standard_allocation: int = 0
+    exchange_row_bytes: int = 0
+
+    def objectives(self) -> tuple[int, ...]:
+        return (
+            self.cycles,
+            self.exchange_cycles,
+            self.peak_standard,
+            self.peak_interleaved,
+            self.peak_total,
+            self.max_standard_allocation,
+            self.exchange_row_bytes,
+        )
+
+
+def conversion_cycles(fmt: TensorFormat) -> int:
+    """Moving a value into ``fmt``: the busiest tile receives its whole shard, after a sync."""
+    words = fmt.shard_bytes() // ipu21.WORD_BYTES
+    return ipu21.EXCHANGE_PHASE_OVERHEAD + words
+
+
+def _dominated(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return all(x >= y for x, y in zip(a, b, strict=True)) and a != b
+
+
+def pareto(branches: list[Branch]) -> list[Branch]:
+    keep: list[Branch] = []
+    for br in sorted(branches, key=Branch.objectives):
+        obj = br.objectives()
+        if not any(_dominated(obj, k.objectives()) or obj == k.objectives() for k in keep):
+            keep.append(br)
+    return keep
+
+
+def last_uses(graph: ComputeGraph) -> dict[int, int]:
+    """Index of the last operation reading each value (outputs live to the end)."""
+    last: dict[int, int] = {}
+    for i, op in enumerate(graph.operations):
+        for v in op.inputs:
+            last[v] = i
+    for v in graph.outputs:
+        last[v] = len(graph.operations)
+    return last
+
+
+def beam_search(
+    graph: ComputeGraph,
+    tiles: int,
+    problems: dict[int, GemmProblem],
+    width: int = 64,
+    capacity_scale: float = 1.0,
+) -> list[Branch]:
+    """Whole-graph plans that fit, cheapest first.
+
+    Raises:
+        PlanError: naming the operation, the memory region and the shortfall per tile when
+            no branch fits.
+    """
+    last = last_uses(graph)
+    cache: dict[tuple, list[Candidate]] = {}
+    branches = [Branch()]
+    interleaved_cap = int(INTERLEAVED_DATA_BYTES * capacity_scale)
+    capacity = int((STANDARD_DATA_BYTES + INTERLEAVED_DATA_BYTES) * capacity_scale)
+    for index, op in enumerate(graph.operations):
+        expanded: list[Branch] = []
+        best_miss: tuple[int, str, int] | None = None
+        for br in branches:
+            operand_formats = tuple(br.formats.get(v) for v in op.inputs)
+            shapes = tuple(graph.value(v).shape for v in op.inputs)
+            key = (op.id, shapes, operand_formats)
+            if key not in cache:
+                cache[key] = candidates_for(
+                    graph, op, br.formats, tiles, problems.get(op.id), capacity_scale
+                )
+            live = [v for v, fmt in br.formats.items() if last.get(v, -1) >= index]
+            live_std = sum(
+                br.formats[v].shard_bytes()
+                for v in live
+                if br.formats[v].layout.memory != "interleaved"
+            )
+            live_il = sum(
+                br.formats[v].shard_bytes()
+                for v in live
+                if br.formats[v].layout.memory == "interleaved"
+            )
+            for cand in cache[key]:
+                std = live_std + cand.footprint.standard
+                il = live_il + cand.footprint.interleaved
+                total = std + il
+                if il > interleaved_cap or total > capacity:
+                    region, need, cap = (
+                        ("interleaved", il, interleaved_cap)
+                        if il > interleaved_cap
+                        else ("total", total, capacity)
+                    )
+                    if best_miss is None or need - cap < best_miss[2]:
+                        best_miss = (need, region, need - cap)
+                    continue
+                nb = Branch(
+                    dict(br.choices),
+                    dict(br.formats),
+                    list(br.conversions),
+                    br.cycles + cand.cycles,
+                    br.exchange_cycles + cand.exchange_cycles,
+                    max(br.peak_standard, std),
+                    max(br.peak_interleaved, il),
+                    max(br.peak_total, total),
+                    max(br.max_standard_allocation, cand.footprint.max_standard_allocation),
+                    br.exchange_row_bytes + cand.footprint.exchange_row_bytes,
+                )
+                nb.choices[op.name] = cand
+                for v, need in zip(op.inputs, cand.input_formats, strict=True):
+                    have = br.formats.get(v)
+                    value = graph.value(v)
+                    if need is None or have is None or have == need:
+                        continue
+                    producer = graph.producer(v)
+                    cost = 0 if cand.family == "gemm" else conversion_cycles(need)
+                    kind = "cast" if have.precision != need.precision else "rearrange"
+                    nb.conversions.append(
+                        Conversion(
+                            kind,
+                            value.name,
+                            producer.name if producer else value.name,
+                            op.name,
+                            cost,
+                        )
+                    )
+                    nb.cycles += cost
+                    nb.exchange_cycles += cost
+                nb.formats[op.output] = cand.output_format
+                for v in list(nb.formats):
+                    if last.get(v, -1) <= index and v not in graph.outputs:
+                        del nb.formats[v]
+                expanded.append(nb)
+        if not expanded:
+            need, region, short = best_miss or (0, "total", 0)
+            raise PlanError(
+                f"{op.name} ({op.kind}) does not fit in tile memory: the {region} region needs "
+                f"{need} bytes per tile, {short} more than available"
+            )
+        groups: dict[tuple, list[Branch]] = {}
+        for br in expanded:
+            sig = tuple(sorted((v, f) for v, f in br.formats.items()))
+            groups.setdefault(sig, []).append(br)
+        survivors = [b for group in groups.values() for b in pareto(group)]
+        survivors.sort(key=Branch.objectives)
+        branches = survivors[:width]
+    return sorted(branches, key=Branch.objectives)

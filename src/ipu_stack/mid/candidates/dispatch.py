@@ -1,0 +1,34 @@
+"""Pick the candidate family of an operation."""
+
+from __future__ import annotations
+
+from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.mid.candidates.base import Candidate
+from ipu_stack.mid.candidates.gemm import gemm_candidates
+from ipu_stack.mid.candidates.movement import attention_candidates, movement_candidates
+from ipu_stack.mid.candidates.pointwise import pointwise_candidates
+from ipu_stack.mid.formats import TensorFormat
+from ipu_stack.mid.gemm_plan import GemmProblem
+
+
+def candidates_for(
+    graph: ComputeGraph,
+    op: Operation,
+    formats: dict[int, TensorFormat],
+    tiles: int,
+    problem: GemmProblem | None = None,
+    capacity_scale: float = 1.0,
+) -> list[Candidate]:
+    """Every candidate of ``op`` given the formats its operands are produced in."""
+    if op.kind == "gemm":
+        assert problem is not None
+        return gemm_candidates(graph, op, problem, tiles, capacity_scale)
+    if op.kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax"):
+        return pointwise_candidates(graph, op, formats, tiles)
+    if op.kind in ("view", "transpose", "slice"):
+        return movement_candidates(graph, op, formats, tiles)
+    if op.kind == "flash_attention":
+        return attention_candidates(graph, op, formats, tiles)
+    from ipu_stack.errors import GraphError
+
+    raise GraphError(f"{op.name}: no candidates for operation kind {op.kind!r}")

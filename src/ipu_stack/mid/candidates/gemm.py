@@ -1,0 +1,103 @@
+"""GEMM candidates: the cheapest tile plans of :mod:`ipu_stack.mid.gemm_plan`."""
+
+from __future__ import annotations
+
+from ipu_stack.errors import PlanError
+from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.mid.candidates.base import Candidate, Footprint
+from ipu_stack.mid.formats import AxisTiling, Layout, TensorFormat
+from ipu_stack.mid.gemm_plan import GemmPlan, GemmProblem, enumerate_plans
+
+PLANS_PER_GEMM = 6
+LEAN_PLANS = 2
+
+
+def _formats(plan: GemmPlan, problem: GemmProblem) -> tuple[TensorFormat, ...]:
+    p = problem.precision
+    dtype = p.name
+    k16 = p.k_micro
+    left = TensorFormat(
+        dtype,
+        Layout(
+            "amp_left",
+            (
+                AxisTiling(plan.batch_parts * plan.row_parts, plan.row_block),
+                AxisTiling(plan.k_parts, plan.k_block, k16),
+            ),
+            plan.col_parts,
+            plan.tiles,
+            "any",
+        ),
+    )
+    right = TensorFormat(
+        dtype,
+        Layout(
+            "amp_right",
+            (
+                AxisTiling(plan.k_parts, plan.k_block, k16),
+                AxisTiling(plan.col_parts, plan.col_block, p.c_micro),
+            ),
+            plan.row_parts,
+            plan.tiles,
+            plan.weights,
+        ),
+    )
+    rows = plan.batch_parts * plan.row_parts * plan.k_parts
+    out = TensorFormat(
+        dtype,
+        Layout(
+            "amp_output",
+            (
+                AxisTiling(rows, -(-plan.row_block // plan.k_parts)),
+                AxisTiling(plan.col_parts, plan.col_block, p.c_micro),
+            ),
+            1,
+            plan.tiles,
+            "interleaved",
+        ),
+    )
+    return left, right, out
+
+
+def gemm_candidates(
+    graph: ComputeGraph,
+    op: Operation,
+    problem: GemmProblem,
+    tiles: int,
+    capacity_scale: float = 1.0,
+) -> list[Candidate]:
+    """Candidates for one gemm; conversions of moved operands are inside the plan's cost."""
+    try:
+        ranked = enumerate_plans(problem, tiles, 256, capacity_scale)
+    except PlanError as err:
+        raise PlanError(f"{op.name}: {err}") from None
+    # The cheapest plans, and the leanest ones in case placement finds memory tighter.
+    lean = sorted(ranked, key=lambda p: (p.peak_bytes, p.estimated_cycles))[:LEAN_PLANS]
+    plans = ranked[:PLANS_PER_GEMM] + [p for p in lean if p not in ranked[:PLANS_PER_GEMM]]
+    out = []
+    for plan in plans:
+        left, right, result = _formats(plan, problem)
+        needs = []
+        for mode, fmt in ((plan.left_mode, left), (plan.right_mode, right)):
+            needs.append(fmt if mode == "moved" else None)
+        standard = plan.peak_bytes - plan.interleaved_bytes
+        out.append(
+            Candidate(
+                op.name,
+                "gemm",
+                plan,
+                tuple(needs),
+                result,
+                plan.estimated_cycles,
+                plan.exchange_cycles,
+                Footprint(
+                    standard,
+                    plan.interleaved_bytes,
+                    standard,
+                    4 * (plan.exchange_phases + 7 * 6 * max(1, plan.col_parts)),
+                ),
+                plan.tiles,
+                plan.exchange_phases,
+            )
+        )
+    return out

@@ -1,0 +1,91 @@
+"""Elementwise and row-wise candidates: run in the anchor's format, or in whole rows."""
+
+from __future__ import annotations
+
+from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.low.lower_ops import flat_shape
+from ipu_stack.mid.candidates.base import Candidate, Footprint
+from ipu_stack.mid.formats import TensorFormat, row_layout_format
+from ipu_stack.target import ipu21
+from ipu_stack.target.op_cycles import elementwise_cycles, row_kernel_cycles
+
+ROW_WISE = ("layer_norm", "softmax")
+
+
+def tile_choices(tiles: int, rows: int) -> list[int]:
+    """A few tile counts for whole-row layouts: all tiles, and leaner groups."""
+    counts = {min(tiles, rows), max(1, min(tiles, rows) // 4), max(1, min(tiles, rows) // 16)}
+    return sorted(counts, reverse=True)
+
+
+def kernel_cycles(op: Operation, rows: int, cols: int, in_eb: int, out_eb: int) -> int:
+    if op.kind in ROW_WISE:
+        return row_kernel_cycles(op.kind, rows, cols) + ipu21.KERNEL_LAUNCH_CYCLES
+    n = rows * cols
+    return elementwise_cycles(op.kind, n, n * in_eb, n * out_eb) + ipu21.KERNEL_LAUNCH_CYCLES
+
+
+def pointwise_candidates(
+    graph: ComputeGraph, op: Operation, formats: dict[int, TensorFormat], tiles: int
+) -> list[Candidate]:
+    out = graph.value(op.output)
+    ins = [graph.value(i) for i in op.inputs]
+    n, c = flat_shape(out.shape)
+    out_eb = ipu21.precision(out.dtype).element_bytes
+    in_eb = ipu21.precision(ins[0].dtype).element_bytes
+    anchor = ins[0] if op.kind == "cast" else next((v for v in ins if v.shape == out.shape), None)
+    result = []
+    anchor_fmt = formats.get(anchor.id) if anchor is not None else None
+    row_wise = op.kind in ROW_WISE
+    if anchor_fmt is not None and not (row_wise and anchor_fmt.layout.tiling[1].partitions > 1):
+        rows_t, cols_t = anchor_fmt.layout.tiling
+        out_fmt = TensorFormat(out.dtype, anchor_fmt.layout)
+        staged = 0
+        for v in ins:
+            if v is not anchor and v.kind != "parameter":
+                staged += rows_t.block * cols_t.block * ipu21.precision(v.dtype).element_bytes
+        exchange = (ipu21.EXCHANGE_PHASE_OVERHEAD + staged // 4) if staged else 0
+        cycles = kernel_cycles(op, rows_t.block, cols_t.block, in_eb, out_eb) + exchange
+        result.append(
+            Candidate(
+                op.name,
+                "pointwise",
+                ("inherit",),
+                tuple(None for _ in ins),
+                out_fmt,
+                cycles,
+                exchange,
+                Footprint(out_fmt.shard_bytes() + staged, 0, out_fmt.shard_bytes()),
+                anchor_fmt.layout.tile_group,
+                1 if staged else 0,
+            )
+        )
+    for t in tile_choices(tiles, n):
+        fmt = row_layout_format(out.dtype, n, c, t)
+        rows = fmt.layout.tiling[0].block
+        needs = []
+        words = 0
+        for v in ins:
+            if v.kind == "parameter" or v.shape != out.shape:
+                needs.append(None)
+                continue
+            need = TensorFormat(v.dtype, fmt.layout)
+            needs.append(need)
+            if formats.get(v.id) != need and v.id in formats:
+                words += need.shard_bytes() // 4
+        exchange = (ipu21.EXCHANGE_PHASE_OVERHEAD + words) if words else 0
+        cycles = kernel_cycles(op, rows, c, in_eb, out_eb)
+        result.append(
+            Candidate(
+                op.name,
+                "pointwise",
+                ("rows", t),
+                tuple(needs),
+                fmt,
+                cycles,
+                0,
+                Footprint(fmt.shard_bytes() * (1 + len(ins)), 0, fmt.shard_bytes()),
+                t,
+            )
+        )
+    return result
