@@ -70,3 +70,38 @@ def test_example_imports_and_matches_onnxruntime(name, example_dir):
 def test_committed_examples_match_the_generator(name):
     committed = (EXAMPLES_DIR / f"{name}.onnx").read_bytes()
     assert make_examples.EXAMPLES[name]().SerializeToString() == committed
+
+
+#: Examples small enough to build and simulate in a test, and the issue's tolerances
+#: (max abs error / max |onnxruntime|): F16 0.03, F32 1e-3.
+SIMULATED = {
+    "mlp2": (lambda: make_examples.mlp2("f16"), 0.03),
+    "mlp2_f32": (lambda: make_examples.mlp2("f32"), 1e-3),
+    "encoder_block_causal_small": (
+        lambda: make_examples.encoder_block(
+            "f16", causal=True, tokens=32, hidden=96, heads=12, intermediate=384
+        ),
+        0.03,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIMULATED))
+def test_example_runs_on_the_simulator(name):
+    from ipu_stack.package.build import BuildConfig, build
+    from ipu_stack.runtime.sim import SimDevice
+
+    make_model, tolerance = SIMULATED[name]
+    model = make_model()
+    graph, bindings = import_onnx(model)
+    x_value = bindings.inputs["x"]
+    x = np.random.default_rng(1).uniform(-1, 1, x_value.shape)
+    x = x.astype(np.float16 if x_value.dtype == "f16" else np.float32)
+    built = build(graph, BuildConfig(tiles=64))
+    run = SimDevice().run(built.program, built.placement, built.schedules, bindings.feeds({"x": x}))
+    ours = bindings.onnx_outputs(run.outputs)["y"].astype(np.float64)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"x": x})
+    expected = expected.astype(np.float64)
+    error = float(np.abs(ours - expected).max() / np.abs(expected).max())
+    assert error <= tolerance, f"{name}: relative error {error:.2e}"
