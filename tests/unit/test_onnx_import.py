@@ -565,6 +565,12 @@ def test_undefined_input_is_refused_naming_the_node():
         import_onnx(model)
 
 
+def test_undefined_graph_output_is_refused():
+    model = make_model([node("Add", ["x", "x"], ["y"])], {"x": (4,)}, ["nowhere"])
+    with pytest.raises(GraphError, match="graph output 'nowhere' is not"):
+        import_onnx(model)
+
+
 def test_unreadable_files_are_graph_errors(tmp_path):
     with pytest.raises(GraphError, match="not found"):
         import_onnx(tmp_path / "missing.onnx")

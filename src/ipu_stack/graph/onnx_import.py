@@ -297,7 +297,12 @@ class Importer:
             if name in seen or name in self.index.constants or name in self.inputs:
                 continue
             seen.add(name)
-            position = self.index.producer[name]
+            position = self.index.producer.get(name)
+            if position is None:
+                raise GraphError(
+                    f"graph output {name!r} is not a graph input, an initializer or the output "
+                    "of any node"
+                )
             first = position not in live
             live.setdefault(position, set()).add(name)
             if first:
