@@ -51,6 +51,9 @@ class GemmProblem:
     right_kind: str
     left_batched: bool  # left has the full output batch (else broadcast to it)
     right_batched: bool
+    # When set, K is cut exactly at multiples of this many elements: a moved left operand then
+    # arrives in whole-row runs from a producer whose column blocks have this width.
+    k_align: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,12 @@ def _chunk_choices(extent: int, max_parts: int) -> np.ndarray:
     return np.unique(_ceil_div(extent, parts))
 
 
+def _k_choices(p: GemmProblem, k_blocks: int, tiles: int) -> np.ndarray:
+    if p.k_align and p.k_align % p.precision.k_micro == 0:
+        return np.array([min(k_blocks, p.k_align // p.precision.k_micro)])
+    return _chunk_choices(k_blocks, tiles)
+
+
 def _round_up(x: np.ndarray, m: int) -> np.ndarray:
     return _ceil_div(x, m) * m
 
@@ -204,7 +213,7 @@ def enumerate_plans(
             _chunk_choices(p.batch, tiles),
             _chunk_choices(p.m, tiles),
             _chunk_choices(c_blocks, tiles),
-            _chunk_choices(k_blocks, tiles),
+            _k_choices(p, k_blocks, tiles),
             indexing="ij",
         )
     ).reshape(4, -1)

@@ -22,7 +22,7 @@ def candidates_for(
     """Every candidate of ``op`` given the formats its operands are produced in."""
     if op.kind == "gemm":
         assert problem is not None
-        return gemm_candidates(graph, op, problem, tiles, capacity_scale)
+        return gemm_candidates(graph, op, problem, tiles, capacity_scale, formats)
     if op.kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax"):
         return pointwise_candidates(graph, op, formats, tiles)
     if op.kind in ("view", "transpose", "slice"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ipu_stack.errors import PlanError
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.mid.candidates.base import Candidate, Footprint
@@ -9,6 +11,8 @@ from ipu_stack.mid.formats import AxisTiling, Layout, TensorFormat
 from ipu_stack.mid.gemm_plan import GemmPlan, GemmProblem, enumerate_plans
 
 PLANS_PER_GEMM = 6
+# facts §8.5 / exchange-scheduling §1.4 [T]: about 160 event cycles per independent fragment
+EXCHANGE_FRAGMENT_CYCLES = 160
 LEAN_PLANS = 2
 
 
@@ -65,17 +69,40 @@ def gemm_candidates(
     problem: GemmProblem,
     tiles: int,
     capacity_scale: float = 1.0,
+    formats: dict[int, TensorFormat] | None = None,
 ) -> list[Candidate]:
-    """Candidates for one gemm; conversions of moved operands are inside the plan's cost."""
+    """Candidates for one gemm; conversions of moved operands are inside the plan's cost.
+
+    A left operand produced on chip arrives in one piece per matching row run of producer
+    and consumer blocks. Unless K is cut at the producer's column blocks (the aligned
+    candidates), that is one piece per row, each paying the exchange fragment cost.
+    """
+    producer_fmt = (formats or {}).get(op.left) if problem.left_kind == "operation" else None
     try:
         ranked = enumerate_plans(problem, tiles, 256, capacity_scale)
     except PlanError as err:
         raise PlanError(f"{op.name}: {err}") from None
+    aligned: list[GemmPlan] = []
+    if producer_fmt is not None and not op.transpose_left:
+        width = producer_fmt.layout.tiling[1].block
+        try:
+            aligned = enumerate_plans(
+                replace(problem, k_align=width), tiles, PLANS_PER_GEMM, capacity_scale
+            )
+        except PlanError:
+            aligned = []
     # The cheapest plans, and the leanest ones in case placement finds memory tighter.
     lean = sorted(ranked, key=lambda p: (p.peak_bytes, p.estimated_cycles))[:LEAN_PLANS]
     plans = ranked[:PLANS_PER_GEMM] + [p for p in lean if p not in ranked[:PLANS_PER_GEMM]]
+    plans += [p for p in aligned if p not in plans]
     out = []
     for plan in plans:
+        penalty = 0
+        if plan.left_mode == "moved" and producer_fmt is not None:
+            width = producer_fmt.layout.tiling[1].block
+            if plan.k_block != width and plan.k_block < problem.k:
+                # one fragment per row of the left block
+                penalty = plan.row_block * plan.batch_block * EXCHANGE_FRAGMENT_CYCLES
         left, right, result = _formats(plan, problem)
         needs = []
         for mode, fmt in ((plan.left_mode, left), (plan.right_mode, right)):
@@ -88,8 +115,8 @@ def gemm_candidates(
                 plan,
                 tuple(needs),
                 result,
-                plan.estimated_cycles,
-                plan.exchange_cycles,
+                plan.estimated_cycles + penalty,
+                plan.exchange_cycles + penalty,
                 Footprint(
                     standard,
                     plan.interleaved_bytes,
