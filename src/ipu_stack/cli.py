@@ -72,9 +72,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="write every exchange phase of the build as a snapshot JSON file",
     )
+    _add_onnx_command(sub)
     _add_exchange_commands(sub)
     kernel_commands.add_commands(sub)
     return parser
+
+
+def _named_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=D,D,..., got {text!r}")
+    return name, _shape(dims)
+
+
+def _add_onnx_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    onnx = sub.add_parser(
+        "onnx", help="import an ONNX model, compile it, run it on the simulator, check it"
+    )
+    onnx.add_argument("model", metavar="MODEL.onnx")
+    onnx.add_argument(
+        "--tiles", type=_positive, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
+    )
+    onnx.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    onnx.add_argument(
+        "--input-shape",
+        type=_named_shape,
+        action="append",
+        default=[],
+        metavar="NAME=D,D,..",
+        help="static shape of an input with symbolic dimensions (repeatable)",
+    )
+    onnx.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _nonnegative_seconds(text: str) -> float:
@@ -157,6 +185,33 @@ def _print_gemm(report: dict[str, object]) -> None:
     print("PASS" if report["passed"] else "FAIL: error above tolerance")
 
 
+def _onnx(args: argparse.Namespace) -> int:
+    from ipu_stack.onnx_job import OnnxJob, run_onnx
+
+    report = run_onnx(OnnxJob(args.model, args.tiles, args.seed, dict(args.input_shape)))
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0 if report["passed"] else 1
+    print(f"operations={report['operations']} kinds={','.join(report['operation_kinds'])}")
+    for note in report["fusions"]:
+        print(f"fused: {note}")
+    print(
+        f"estimated_cycles={report['estimated_cycles']} "
+        f"simulated_cycles={report['simulated_cycles']} "
+        f"simulate_seconds={report['simulate_seconds']:.2f}"
+    )
+    for out in report["outputs"]:
+        print(
+            f"output {out['name']} {out['precision']} {out['shape']}: "
+            f"max_abs_error={out['max_abs_error']:.4g} "
+            f"max_abs_reference={out['max_abs_reference']:.4g} "
+            f"relative={out['relative_error']:.3g} (tolerance {out['tolerance']}, "
+            f"vs {report['reference']})"
+        )
+    print("PASS" if report["passed"] else "FAIL: error above tolerance")
+    return 0 if report["passed"] else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ipu-stack`` console script."""
     args = build_parser().parse_args(argv)
@@ -172,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             checked = verify_schedule_file(args.snapshot, args.schedule)
             print(f"verified phases: {' '.join(str(p) for p in checked)}")
             return 0
+        if args.command == "onnx":
+            return _onnx(args)
         if args.command == "gemm":
             from ipu_stack.gemm_job import GemmJob, run_gemm
 

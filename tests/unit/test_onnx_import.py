@@ -203,7 +203,7 @@ def test_initializers_become_parameters_and_inputs_host_inputs():
     assert [v.name for v in graph.by_kind("host_input")] == ["x"]
     assert sorted(v.name for v in graph.by_kind("parameter")) == ["b", "s"]
     np.testing.assert_array_equal(bindings.parameters["s"], f32((16,)))
-    assert bindings.outputs["y"].name == "y.out"
+    assert bindings.outputs["y"].name == "layernormalization_y.out"  # named after the node
 
 
 def test_transpose_of_last_two_axes_folds_into_gemm():

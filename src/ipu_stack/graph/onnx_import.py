@@ -391,16 +391,20 @@ class Importer:
     def op_name(self, base: str) -> str:
         return self._fresh(base, ".out")
 
+    def label(self, node: NodeProto) -> str:
+        """What the operations of ``node`` are named after: its name, else its first output."""
+        return node.name or node.output[0]
+
     # -- emission -------------------------------------------------------------------------------
     def _emit(
         self, node: NodeProto, position: int, fusion: Fusion | None, needed: set[str]
     ) -> None:
-        out = node.output[0]
+        out, label = node.output[0], self.label(node)
         if isinstance(fusion, GeluFusion):
-            self.env[out] = self.graph.gelu(self.value(fusion.x), name=self.op_name(out))
+            self.env[out] = self.graph.gelu(self.value(fusion.x), name=self.op_name(label))
             return
         if isinstance(fusion, AttentionFusion):
-            self.env[out] = onnx_ops.attention_fusion(self, fusion, out)
+            self.env[out] = onnx_ops.attention_fusion(self, fusion, label)
             return
         if node.domain not in ("", "ai.onnx"):
             raise GraphError(f"operators of domain {node.domain!r} are not supported")

@@ -4,8 +4,8 @@ Each emitter gets the importer (for operand values, constants and fresh names), 
 for MatMul/Gemm, the ``GemmFusion`` with transposes already folded. It returns the value of
 the node's first output and raises ``GraphError`` saying why when the node's attributes or
 operands are outside what the machine does; the importer prefixes the node's name and op type.
-The last operation an emitter adds is named after the node's output, intermediates
-``<output>/<role>``.
+The last operation an emitter adds is named after the node (its name, else its first
+output), intermediates ``<label>/<role>``, so later errors point at the user's node.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _required_constant(imp: Importer, node: NodeProto, i: int, role: str) -> np.
 # -- gemm family --------------------------------------------------------------------------------
 def emit_matmul(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
     """MatMul with NumPy semantics; a 1-D operand is viewed as a row/column and dropped after."""
-    g, out = imp.graph, node.output[0]
+    g, out = imp.graph, imp.label(node)
     assert gemm is not None
     left, right = imp.value(gemm.left), imp.value(gemm.right)
     left_1d, right_1d = len(left.shape) == 1, len(right.shape) == 1
@@ -92,7 +92,7 @@ def emit_matmul(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Valu
 
 def emit_gemm(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
     """Y = alpha * A' B' + beta * C: a gemm, a mul by alpha if != 1, an add of the bias."""
-    g, out = imp.graph, node.output[0]
+    g, out = imp.graph, imp.label(node)
     assert gemm is not None
     alpha, beta = _float(node, "alpha", 1.0), _float(node, "beta", 1.0)
     c_name = _input(node, 2)
@@ -131,17 +131,17 @@ def emit_gemm(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
 # -- elementwise --------------------------------------------------------------------------------
 def emit_add(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    return imp.graph.add(a, b, name=imp.op_name(node.output[0]))
+    return imp.graph.add(a, b, name=imp.op_name(imp.label(node)))
 
 
 def emit_mul(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    return imp.graph.mul(a, b, name=imp.op_name(node.output[0]))
+    return imp.graph.mul(a, b, name=imp.op_name(imp.label(node)))
 
 
 def emit_sub(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """a - c for a constant c: add of -c."""
-    out, (a_name, c_name) = node.output[0], node.input[:2]
+    out, (a_name, c_name) = imp.label(node), node.input[:2]
     c = imp.constant(c_name)
     if c is None:
         raise GraphError(
@@ -154,7 +154,7 @@ def emit_sub(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
 
 def emit_div(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """a / c for a constant c: mul by 1/c."""
-    out, (a_name, c_name) = node.output[0], node.input[:2]
+    out, (a_name, c_name) = imp.label(node), node.input[:2]
     c = imp.constant(c_name)
     if c is None:
         raise GraphError(f"Div is supported only by a constant; the divisor {c_name!r} is computed")
@@ -174,7 +174,7 @@ def emit_gelu(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
             f"approximate={approximate!r} is not supported; ipu-stack's gelu is the exact "
             "erf form (approximate='none')"
         )
-    return imp.graph.gelu(imp.value(node.input[0]), name=imp.op_name(node.output[0]))
+    return imp.graph.gelu(imp.value(node.input[0]), name=imp.op_name(imp.label(node)))
 
 
 def emit_identity(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -191,13 +191,13 @@ def emit_cast(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     x = imp.value(node.input[0])
     if x.dtype == PRECISION_OF[to]:
         return x
-    return imp.graph.cast(x, PRECISION_OF[to], name=imp.op_name(node.output[0]))
+    return imp.graph.cast(x, PRECISION_OF[to], name=imp.op_name(imp.label(node)))
 
 
 # -- normalisation ------------------------------------------------------------------------------
 def emit_layer_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """LayerNormalization over axes [axis:], merged into one last axis when axis < rank-1."""
-    g, out = imp.graph, node.output[0]
+    g, out = imp.graph, imp.label(node)
     x = imp.value(node.input[0])
     rank = len(x.shape)
     axis = _int(node, "axis", -1)
@@ -240,7 +240,7 @@ def emit_layer_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Val
 
 def emit_softmax(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """Softmax over one axis (opset >= 13) or over the flattened axes [axis:] (opset < 13)."""
-    g, out = imp.graph, node.output[0]
+    g, out = imp.graph, imp.label(node)
     x = imp.value(node.input[0])
     rank = len(x.shape)
     axis = _int(node, "axis", -1 if imp.opset >= 13 else 1)
@@ -279,14 +279,14 @@ def emit_reshape(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
                     f"shape {target}: 0 at axis {i} but the input has rank {len(x.shape)}"
                 )
             target[i] = x.shape[i]
-    return imp.graph.view(x, target or [1], name=imp.op_name(node.output[0]))
+    return imp.graph.view(x, target or [1], name=imp.op_name(imp.label(node)))
 
 
 def emit_transpose(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     x = imp.value(node.input[0])
     perm = attribute(node, "perm")
     order = _ints(perm) if perm is not None else list(reversed(range(len(x.shape))))  # type: ignore[arg-type]
-    return imp.graph.transpose(x, order, name=imp.op_name(node.output[0]))
+    return imp.graph.transpose(x, order, name=imp.op_name(imp.label(node)))
 
 
 def emit_slice(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -305,7 +305,7 @@ def emit_slice(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
         steps = _ints(_required_constant(imp, node, 4, "steps")) if _input(node, 4) else None
     if steps is not None and any(s != 1 for s in steps):
         raise GraphError(f"steps {steps} are not supported; ipu-stack slices with step 1")
-    return imp.graph.slice(x, starts, ends, axes, name=imp.op_name(node.output[0]))
+    return imp.graph.slice(x, starts, ends, axes, name=imp.op_name(imp.label(node)))
 
 
 # -- attention ----------------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def attention_fusion(imp: Importer, fusion: AttentionFusion, out: str) -> Value:
 
 def emit_attention(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """The opset-23 Attention operator without KV cache, softcap or grouped heads."""
-    g, out = imp.graph, node.output[0]
+    g, out = imp.graph, imp.label(node)
     cache = [n for n in node.input[4:] if n]
     if cache:
         raise GraphError(f"KV-cache inputs {cache} (past_key/past_value/nonpad_kv_seqlen) are "

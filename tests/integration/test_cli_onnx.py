@@ -1,0 +1,70 @@
+"""``ipu-stack onnx MODEL``: exit 0 when the simulated model matches, 2 with a clear message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ipu_stack.cli import main
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _save(tmp_path: Path, nodes, inputs, initializers=None) -> str:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in (initializers or {}).items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    return str(path)
+
+
+def test_example_passes_with_json_report(capsys):
+    assert main(["onnx", str(EXAMPLES_DIR / "mlp2_f32.onnx"), "--tiles", "16", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["reference"] == "onnxruntime"
+    (output,) = report["outputs"]
+    assert output["name"] == "y" and output["relative_error"] <= 1e-3
+    assert report["simulated_cycles"] > 0
+
+
+def test_symbolic_input_needs_input_shape(tmp_path, capsys):
+    path = _save(tmp_path, [helper.make_node("Softmax", ["x"], ["y"])], {"x": ["n", 8]})
+    assert main(["onnx", path, "--tiles", "4"]) == 2
+    assert "input_shapes" in capsys.readouterr().err
+    assert main(["onnx", path, "--tiles", "4", "--input-shape", "x=4,8"]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_unsupported_operator_exits_2_naming_the_node(tmp_path, capsys):
+    path = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="act")], {"x": [4]})
+    assert main(["onnx", path]) == 2
+    assert "ONNX node 'act' (Relu): op type 'Relu' is not supported" in capsys.readouterr().err
+
+
+def test_weights_that_cannot_fit_exit_2_with_the_shortfall(tmp_path, capsys):
+    weight = np.zeros((1024, 1024), np.float32)  # 4 MiB on one tile
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="big_matmul")
+    path = _save(tmp_path, [node], {"x": [8, 1024]}, {"w": weight})
+    assert main(["onnx", path, "--tiles", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "big_matmul" in err and "does not fit" in err
+    assert "more than" in err
+
+
+@pytest.mark.parametrize("bad", ["x", "=4,8", "x=4,-1"])
+def test_bad_input_shape_argument_exits_2(bad, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["onnx", "model.onnx", "--input-shape", bad])
+    assert exit_info.value.code == 2
