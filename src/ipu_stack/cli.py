@@ -85,7 +85,7 @@ def _named_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, _shape(dims)
 
 
-def _add_onnx_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_onnx_command(sub: argparse._SubParsersAction) -> None:
     onnx = sub.add_parser(
         "onnx", help="import an ONNX model, compile it, run it on the simulator, check it"
     )
