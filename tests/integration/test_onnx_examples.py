@@ -79,7 +79,7 @@ SIMULATED = {
     "mlp2_f32": (lambda: make_examples.mlp2("f32"), 1e-3),
     "encoder_block_causal_small": (
         lambda: make_examples.encoder_block(
-            "f16", causal=True, tokens=32, hidden=96, heads=12, intermediate=384
+            "f16", causal=True, tokens=16, hidden=96, heads=12, intermediate=192
         ),
         0.03,
     ),
