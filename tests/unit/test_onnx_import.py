@@ -198,6 +198,26 @@ def test_gemm_alpha_and_beta_become_mul_and_add():
     assert gemm.transpose_left and gemm.transpose_right
 
 
+def test_same_named_nodes_get_their_own_constants():
+    model = make_model(
+        [
+            helper.make_node("Gemm", ["a", "w"], ["t"], name="g", alpha=2.0),
+            helper.make_node("Gemm", ["t", "w"], ["y"], name="g", alpha=3.0),
+        ],
+        {"a": (4, 4)},
+        ["y"],
+        {"w": f32((4, 4))},
+    )
+    graph, bindings = import_onnx(model)  # onnxruntime rejects duplicate node names
+    a = f32((4, 4), seed=5)
+    (y,) = evaluate_reference(graph, bindings.feeds({"a": a})).values()
+    w = f32((4, 4)).astype(np.float64)
+    np.testing.assert_allclose(y, 3.0 * (2.0 * a @ w) @ w, rtol=1e-12)
+    scales = sorted(float(a[0]) for n, a in bindings.parameters.items() if "alpha" in n)
+    assert scales == [2.0, 3.0]
+    assert len({v.name for v in graph.values}) == len(graph.values)
+
+
 def test_initializers_become_parameters_and_inputs_host_inputs():
     graph, bindings = import_onnx(OPERATOR_MODELS["layer_norm_last_axis"]())
     assert [v.name for v in graph.by_kind("host_input")] == ["x"]

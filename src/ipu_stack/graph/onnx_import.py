@@ -365,7 +365,7 @@ class Importer:
         return value
 
     def parameter(self, name: str, array: np.ndarray, dtype: str | None = None) -> Value:
-        """A parameter holding ``array`` (rank 0 becomes (1,)), converted to ``dtype``."""
+        """The parameter of ONNX constant ``name`` (one per name and precision)."""
         array = np.asarray(array)
         if dtype is None:
             if array.dtype not in (np.float16, np.float32):
@@ -376,17 +376,20 @@ class Importer:
             dtype = "f16" if array.dtype == np.float16 else "f32"
         key = (name, dtype)
         if key not in self.params:
-            if array.size == 0:
-                raise GraphError(f"constant {name!r} is empty (shape {array.shape})")
-            data = array.astype(NUMPY_OF[dtype]).reshape(array.shape or (1,))
-            value = self.graph.parameter(self._fresh(name), data.shape, dtype)
-            self.bindings.parameters[value.name] = data
-            self.params[key] = value
+            self.params[key] = self._new_parameter(name, array, dtype)
         return self.params[key]
 
     def derived(self, base: str, role: str, array: np.ndarray, like: Value) -> Value:
         """A new constant parameter (a scale, a negated subtrahend...) in ``like``'s precision."""
-        return self.parameter(f"{base}.{role}", np.asarray(array, dtype=np.float64), like.dtype)
+        return self._new_parameter(f"{base}.{role}", np.asarray(array, np.float64), like.dtype)
+
+    def _new_parameter(self, name: str, array: np.ndarray, dtype: str) -> Value:
+        if array.size == 0:
+            raise GraphError(f"constant {name!r} is empty (shape {array.shape})")
+        data = array.astype(NUMPY_OF[dtype]).reshape(array.shape or (1,))
+        value = self.graph.parameter(self._fresh(name), data.shape, dtype)
+        self.bindings.parameters[value.name] = data
+        return value
 
     def op_name(self, base: str) -> str:
         return self._fresh(base, ".out")
