@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,6 +73,8 @@ class RunResult:
     tile_cycles: np.ndarray
     step_cycles: list[int]
     seconds: float
+    #: ``[step, tile]``: each tile's clock when the step ends (the per-step profile record)
+    step_end_cycles: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
 
 
 class SimDevice:
@@ -248,6 +250,7 @@ class SimDevice:
             self.write_value(mem, placement, binding.shards, _as2d(array.astype(dtype)))
         clock = np.zeros(program.tile_count, dtype=np.int64)
         step_cycles = []
+        step_end_cycles = np.zeros((len(program.steps), program.tile_count), dtype=np.int64)
         for index, step in enumerate(program.steps):
             before = int(clock.max())
             if isinstance(step, ComputeStep):
@@ -257,6 +260,7 @@ class SimDevice:
                 self._exchange(mem, placement, step.transfers, phase, schedule, index)
                 clock[:] = before + ipu21.SYNC_CYCLES + schedule.horizon
             step_cycles.append(int(clock.max()) - before)
+            step_end_cycles[index] = clock
         outputs = {}
         for binding in program.bindings:
             if binding.role != "output":
@@ -268,7 +272,8 @@ class SimDevice:
                 missing = int(np.isnan(value).sum())
                 raise SimulationError(f"output {binding.name!r}: {missing} elements never written")
             outputs[binding.name] = value.reshape(binding.shape)
-        return RunResult(outputs, int(clock.max()), clock, step_cycles, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        return RunResult(outputs, int(clock.max()), clock, step_cycles, seconds, step_end_cycles)
 
     def _compute(
         self,

@@ -1,0 +1,351 @@
+"""From a build to a package: resolve every buffer reference to a physical tile and an address.
+
+The package does not carry the in-memory plan: calls, transfers and bindings name physical
+tiles and absolute SRAM addresses; the allocation table (name, address, size, live steps) is
+kept so a device can check lifetimes, and the segments are each tile's memory map.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.exchange.model import PAIRED64
+from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.low.program import (
+    AddCall,
+    ComputeStep,
+    CopyCall,
+    FillCall,
+    GemmCall,
+    KernelCall,
+    MapCall,
+    View,
+)
+from ipu_stack.package.build import Build, BuildConfig, build
+from ipu_stack.package.format import (
+    HOST_CALLS,
+    SCHEMA_VERSION,
+    SEGMENT_READ,
+    SEGMENT_WRITE,
+    TARGET,
+    TILE_MEMORY_BASE,
+    TILE_MEMORY_SIZE,
+    Package,
+    SectionWriter,
+    flat_rows,
+)
+from ipu_stack.place.assign import Placement
+from ipu_stack.target import ipu21
+from ipu_stack.trace import Trace
+
+ROLE_OF = {"host_input": "input", "parameter": "weight", "output": "output"}
+#: Report keys whose values are wall-clock times: left out of the package (determinism).
+WALL_CLOCK_KEYS = frozenset({"elapsed_ms", "seconds", "wall_seconds", "time_ms"})
+#: Events that describe the kernel cache's state on this machine, not the build.
+CACHE_EVENTS = frozenset(
+    {"kernel cache hit", "kernel cache miss", "compiling kernel", "kernel artifact created"}
+)
+
+
+def compiler_version() -> str:
+    """The installed ipu-stack version (``0+unknown`` when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ipu-stack")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+        return "0+unknown"
+
+
+def build_package(
+    graph: ComputeGraph,
+    config: BuildConfig | None = None,
+    parameters: Mapping[str, np.ndarray] | None = None,
+    *,
+    names: Mapping[str, str] | None = None,
+    trace: Trace | None = None,
+) -> Package:
+    """Compile ``graph`` and assemble its package.
+
+    Args:
+        graph: the program (outputs set).
+        config: build options (defaults: all tiles, the default finalists).
+        parameters: data of the graph's parameters by value name; when given (all of them),
+            the package embeds the weights and ``Session.initialize()`` uploads them.
+        names: external names of bindings by graph value name (e.g. ONNX input and output
+            names); other bindings keep their value names.
+        trace: collects the build's events (a fresh one by default).
+
+    Raises:
+        GraphError: the graph is invalid, or parameter data is missing or mis-shaped.
+        PlanError: the program does not fit the tiles.
+    """
+    trace = trace or Trace()
+    built = build(graph, config, trace)
+    with trace.phase("assemble_package"):
+        return assemble_package(built, parameters, names=names)
+
+
+def assemble_package(
+    built: Build,
+    parameters: Mapping[str, np.ndarray] | None = None,
+    *,
+    names: Mapping[str, str] | None = None,
+) -> Package:
+    """The package of a finished build (see :func:`build_package`)."""
+    program, placement = built.program, built.placement
+    physical = [int(p) for p in placement.physical]
+    names = dict(names or {})
+    writer = SectionWriter()
+
+    # Allocations and segments: every named buffer, and the union of their spans per tile.
+    alloc_rows, alloc_names, seg_rows = [], [], []
+    for logical, allocs in enumerate(placement.allocations):
+        tile = physical[logical]
+        items = sorted(allocs.values(), key=lambda a: (a.address, a.name))
+        for a in items:
+            alloc_rows.append((tile, a.address, a.size, a.live[0], a.live[1]))
+            alloc_names.append(a.name)
+        seg_rows += [
+            (tile, lo, hi - lo, SEGMENT_READ | SEGMENT_WRITE)
+            for lo, hi in _union((a.address, a.address + a.size) for a in items)
+        ]
+    writer.table("segments", seg_rows)
+    writer.table("allocations", alloc_rows)
+
+    # Bindings: slices with physical tiles and addresses; weights carry their bytes.
+    writer.begin_blob("weights")
+    slice_rows: list[tuple[int, ...]] = []
+    bindings: list[dict[str, Any]] = []
+    for binding in program.bindings:
+        role = ROLE_OF[binding.role]
+        name = names.get(binding.name, binding.name)
+        data = None
+        if role == "weight" and parameters is not None:
+            data = _parameter(parameters, binding.name, binding.shape, binding.dtype)
+        start = len(slice_rows)
+        for sh in binding.shards:
+            offset, size = -1, 0
+            if data is not None:
+                block = data[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
+                raw = np.ascontiguousarray(block.T if sh.transposed else block).tobytes()
+                offset, size = writer.blob_part("weights", raw), len(raw)
+            slice_rows.append((
+                physical[sh.tile], placement.address(sh.tile, sh.ref), sh.row_stride,
+                sh.rows[0], sh.rows[1], sh.cols[0], sh.cols[1], int(sh.transposed),
+                offset, size,
+            ))  # fmt: skip
+        bindings.append({
+            "name": name, "value": binding.name, "role": role, "dtype": binding.dtype,
+            "shape": list(binding.shape), "slices": [start, len(slice_rows) - start],
+            "embedded": data is not None,
+        })  # fmt: skip
+    if len({b["name"] for b in bindings}) != len(bindings):
+        raise GraphError("two bindings share an external name; check the names given")
+    writer.table("slices", slice_rows)
+
+    steps, transfer_rows, dest_rows, piece_rows = _program(built, physical)
+    writer.table("transfers", transfer_rows)
+    writer.table("destinations", dest_rows)
+    writer.table("pieces", piece_rows)
+
+    def names_of(role: str) -> list[str]:
+        return [b["name"] for b in bindings if b["role"] == role]
+
+    host_calls = [
+        {"name": HOST_CALLS[0], "writes": names_of("weight"), "reads": [],
+         "runs_program": False},
+        {"name": HOST_CALLS[1], "writes": names_of("input"), "reads": names_of("output"),
+         "runs_program": True},
+    ]  # fmt: skip
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "compiler_version": compiler_version(),
+        "target": TARGET,
+        "tile_memory_base": TILE_MEMORY_BASE,
+        "tile_memory_size": TILE_MEMORY_SIZE,
+        "clock_hz": ipu21.CLOCK_HZ,
+        "tiles": physical,
+        "sections": writer.sections,
+        "allocation_names": alloc_names,
+        "bindings": bindings,
+        "host_calls": host_calls,
+        "program": {
+            "steps": steps,
+            "estimated_cycles": int(program.estimated_cycles),
+            "estimated_exchange_cycles": int(program.estimated_exchange_cycles),
+        },
+        "kernels": [_kernel(k) for k in built.kernels],
+        "report": deterministic_report(built.report()),
+    }
+    return Package(manifest, writer.data())
+
+
+def _union(spans: Any) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
+def _parameter(
+    parameters: Mapping[str, np.ndarray], name: str, shape: tuple[int, ...], dtype: str
+) -> np.ndarray:
+    if name not in parameters:
+        raise GraphError(f"no data for parameter {name!r}")
+    array = np.asarray(parameters[name])
+    if array.size != math.prod(shape):
+        raise GraphError(f"parameter {name!r}: expected shape {shape}, got {array.shape}")
+    return array.astype(ipu21.precision(dtype).numpy_name).reshape(flat_rows(shape))
+
+
+def _program(
+    built: Build, physical: list[int]
+) -> tuple[
+    list[dict[str, Any]], list[tuple[int, ...]], list[tuple[int, ...]], list[tuple[int, ...]]
+]:
+    placement = built.placement
+    steps: list[dict[str, Any]] = []
+    transfers: list[tuple[int, ...]] = []
+    destinations: list[tuple[int, ...]] = []
+    pieces: list[tuple[int, ...]] = []
+    for index, step in enumerate(built.program.steps):
+        if isinstance(step, ComputeStep):
+            calls = [_call(c, placement, physical) for c in step.calls]
+            steps.append({"kind": "compute", "calls": calls})
+            continue
+        phase, schedule = built.schedules[index]
+        if len(phase.transfers) != len(step.transfers):
+            raise AssertionError(f"step {index}: physical phase and program disagree")
+        first, first_piece = len(transfers), len(pieces)
+        arrivals = schedule.first_arrivals
+        for i, (t, p) in enumerate(zip(step.transfers, phase.transfers, strict=True)):
+            src = placement.address(t.source_tile, t.source)
+            if (physical[t.source_tile], src) != (p.source, p.source_address):
+                raise AssertionError(f"step {index} transfer {i}: physical phase disagrees")
+            transfers.append(
+                (p.source, p.source_address, p.words, int(p.width == PAIRED64), len(destinations))
+            )
+            for j, (tile, address) in enumerate(p.destinations):
+                arrival = arrivals[i][j] if arrivals is not None else -1
+                destinations.append((tile, address, arrival))
+            g = first + i
+            pieces += [(g, pc.send_cycle, pc.offset_words, pc.words) for pc in schedule.pieces[i]]
+        steps.append({
+            "kind": "exchange",
+            "label": step.label,
+            "transfers": [first, len(transfers) - first],
+            "pieces": [first_piece, len(pieces) - first_piece],
+            "schedule": {
+                "horizon": int(schedule.horizon),
+                "kind": schedule.kind,
+                "model": schedule.model.as_dict(),
+                "first_arrivals": arrivals is not None,
+            },
+        })  # fmt: skip
+    return steps, transfers, destinations, pieces
+
+
+def _call(call: KernelCall, placement: Placement, physical: list[int]) -> list[Any]:
+    """One kernel call as a compact JSON list: kind, physical tile, then absolute addresses."""
+    t = call.tile
+
+    def at(ref: Any) -> int:
+        return placement.address(t, ref)
+
+    def view(v: View) -> list[Any]:
+        return [at(v.ref), v.rows, v.cols, v.stride, v.dtype]
+
+    tile = physical[t]
+    if isinstance(call, GemmCall):
+        return [
+            "gemm",
+            tile,
+            at(call.out),
+            at(call.left),
+            at(call.right),
+            call.rows,
+            call.k,
+            call.c,
+            call.precision.name,
+            int(call.accumulate),
+            call.weights,
+        ]
+    if isinstance(call, AddCall):
+        return [
+            "add",
+            tile,
+            at(call.out),
+            [at(r) for r in call.inputs],
+            call.elements,
+            call.precision.name,
+        ]
+    if isinstance(call, CopyCall):
+        return ["copy", tile, at(call.dst), at(call.src), call.size]
+    if isinstance(call, FillCall):
+        return ["fill", tile, at(call.dst), call.size]
+    if isinstance(call, MapCall):
+        attrs = [[k, _scalar(v)] for k, v in call.attrs]
+        return ["map", tile, call.kind, view(call.out), [view(v) for v in call.inputs], attrs]
+    raise TypeError(f"cannot package kernel call {call!r}")
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _kernel(artifact: Any) -> dict[str, Any]:
+    """A kernel specialisation: its cache key, symbols and the digests of its sources."""
+    meta = artifact.details or {}
+    digests = {
+        c["name"]: c["sha256"]
+        for c in meta.get("key_components", ())
+        if c["name"].startswith(("source:", "include:"))
+    }
+    return {
+        "name": artifact.name,
+        "kernel": meta.get("kernel", ""),
+        "key": artifact.key,
+        "symbols": list(artifact.symbols),
+        "flags": list(meta.get("flags", ())),
+        "assembled": bool(artifact.assembled),
+        "source_digests": digests,
+    }
+
+
+def deterministic_report(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The build report without wall-clock times and kernel-cache state (see format docs)."""
+    clean = _jsonable(report)
+    assert isinstance(clean, dict)
+    clean["events"] = [e for e in clean.get("events", []) if e.get("event") not in CACHE_EVENTS]
+    clean["kernels"] = [
+        {k: v for k, v in kernel.items() if k in ("name", "key", "symbols", "assembled")}
+        for kernel in clean.get("kernels", [])
+    ]
+    return clean
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items() if k not in WALL_CLOCK_KEYS}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
