@@ -325,7 +325,7 @@ def _kernel(artifact: Any) -> dict[str, Any]:
 
 def deterministic_report(report: Mapping[str, Any]) -> dict[str, Any]:
     """The build report without wall-clock times and kernel-cache state (see format docs)."""
-    clean = _jsonable(report)
+    clean = _jsonable(report, WALL_CLOCK_KEYS)
     assert isinstance(clean, dict)
     clean["events"] = [e for e in clean.get("events", []) if e.get("event") not in CACHE_EVENTS]
     clean["kernels"] = [
@@ -335,15 +335,22 @@ def deterministic_report(report: Mapping[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def _jsonable(value: Any) -> Any:
+def report_json(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole build report (wall-clock times included) as JSON-ready values."""
+    clean = _jsonable(report, frozenset())
+    assert isinstance(clean, dict)
+    return clean
+
+
+def _jsonable(value: Any, drop: frozenset[str]) -> Any:
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items() if k not in WALL_CLOCK_KEYS}
+        return {str(k): _jsonable(v, drop) for k, v in value.items() if k not in drop}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, drop) for v in value]
     if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
+        return _jsonable(value.tolist(), drop)
     if isinstance(value, np.generic):
-        return _jsonable(value.item())
+        return _jsonable(value.item(), drop)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if value is None or isinstance(value, bool | int | float | str):

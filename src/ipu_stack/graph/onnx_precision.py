@@ -1,0 +1,55 @@
+"""Convert an ONNX model's floating-point tensors to one precision (``compile --precision``).
+
+Every FLOAT and FLOAT16 tensor of the main graph becomes the target type: graph inputs,
+outputs and value_info declarations, initializers, ``Constant`` and ``ConstantOfShape`` values,
+and ``Cast`` nodes whose target is FLOAT or FLOAT16 (they become casts to the target, so a
+mixed-precision model computes entirely in the target precision). Values are rounded to the
+nearest representable number; F32 values beyond the F16 range (|x| > 65504) become +-inf.
+Integer, boolean and float64 tensors are left as they are; subgraphs are not visited.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from ipu_stack.errors import GraphError
+
+ELEM_OF = {"f16": TensorProto.FLOAT16, "f32": TensorProto.FLOAT}
+NUMPY_OF = {"f16": np.float16, "f32": np.float32}
+FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+
+
+def convert_precision(model: onnx.ModelProto, precision: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose float tensors are all ``precision`` (``f16`` or ``f32``).
+
+    Raises:
+        GraphError: ``precision`` is not ``f16`` or ``f32``.
+    """
+    if precision not in ELEM_OF:
+        raise GraphError(f"--precision must be f16 or f32, got {precision!r}")
+    elem, dtype = ELEM_OF[precision], NUMPY_OF[precision]
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        tensor_type = info.type.tensor_type
+        if tensor_type.elem_type in FLOAT_TYPES:
+            tensor_type.elem_type = elem
+    for index, init in enumerate(graph.initializer):
+        if init.data_type in FLOAT_TYPES:
+            graph.initializer[index].CopyFrom(_converted(init, dtype))
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i in FLOAT_TYPES:
+                attr.i = elem
+            elif attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in FLOAT_TYPES:
+                attr.t.CopyFrom(_converted(attr.t, dtype))
+    return out
+
+
+def _converted(tensor: TensorProto, dtype: type[np.generic]) -> TensorProto:
+    with np.errstate(over="ignore"):
+        array = numpy_helper.to_array(tensor).astype(dtype)
+    return numpy_helper.from_array(array, tensor.name)

@@ -1,0 +1,421 @@
+"""The package commands of the ``ipu-stack`` CLI: compile, run, package-inspect."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.target import ipu21
+
+COMMANDS = ("compile", "run", "package-inspect")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _named_file(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    return name, path
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register compile, run and package-inspect on the CLI's sub-parsers."""
+    comp = sub.add_parser(
+        "compile",
+        help="compile an ONNX model into a .ipuexe package",
+        description="Prints the build trace (every phase with elapsed_ms and success), then "
+        "a summary of the package written.",
+    )
+    comp.add_argument("model", metavar="MODEL.onnx")
+    comp.add_argument("-o", "--output", required=True, metavar="OUT.ipuexe")
+    comp.add_argument(
+        "--tiles", type=_positive, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
+    )
+    comp.add_argument(
+        "--finalists", type=_positive, default=None, help="whole-graph plans kept by lower_mid"
+    )
+    comp.add_argument(
+        "--precision",
+        choices=("f16", "f32"),
+        default=None,
+        help="convert every float tensor of the model to this precision first (default: keep)",
+    )
+    comp.add_argument(
+        "--export-exchange-snapshot",
+        metavar="PATH",
+        default=None,
+        help="write every exchange phase of the build as a snapshot JSON file",
+    )
+    comp.add_argument("--json", action="store_true", help="print one JSON object")
+    run = sub.add_parser("run", help="run a .ipuexe package on the simulator")
+    run.add_argument("package", metavar="PKG.ipuexe")
+    run.add_argument(
+        "--input",
+        type=_named_file,
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="data of an input (repeatable)",
+    )
+    run.add_argument(
+        "--random-inputs", action="store_true", help="uniform(-1, 1) data for inputs not given"
+    )
+    run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs")
+    run.add_argument("--output-dir", metavar="DIR", default=None, help="write NAME.npy per output")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    ins = sub.add_parser("package-inspect", help="describe a .ipuexe package")
+    ins.add_argument("package", metavar="PKG.ipuexe")
+    ins.add_argument("--bindings", action="store_true", help="list every binding")
+    ins.add_argument("--tile", type=int, default=None, metavar="N", help="physical tile N")
+    ins.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a package command (``args.command`` in :data:`COMMANDS`)."""
+    if args.command == "compile":
+        return _compile(args)
+    if args.command == "run":
+        return _run(args)
+    return _inspect(args)
+
+
+# -- compile ------------------------------------------------------------------------------------
+def _load_onnx(path: str, precision: str | None) -> Any:
+    import onnx
+
+    from ipu_stack.graph.onnx_precision import convert_precision
+
+    try:
+        proto = onnx.load(path)
+    except FileNotFoundError:
+        raise GraphError(f"ONNX model {path!r} not found") from None
+    except Exception as err:  # protobuf raises DecodeError and friends
+        raise GraphError(f"cannot read ONNX model {path!r}: {err}") from None
+    return convert_precision(proto, precision) if precision else proto
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from ipu_stack.graph.onnx_import import import_onnx
+    from ipu_stack.package.assemble import assemble_package, report_json
+    from ipu_stack.package.build import BuildConfig, build
+    from ipu_stack.trace import Trace
+
+    trace = Trace()
+    graph, onnx_bindings = import_onnx(_load_onnx(args.model, args.precision))
+    config = BuildConfig(tiles=args.tiles)
+    if args.finalists is not None:
+        config.finalists = args.finalists
+    built = build(graph, config, trace)
+    if args.export_exchange_snapshot is not None:
+        from ipu_stack.exchange.snapshot import write_snapshot
+
+        phases = [(index, phase) for index, (phase, _) in sorted(built.schedules.items())]
+        write_snapshot(args.export_exchange_snapshot, phases, ipu21.TILES)
+    # Bindings take the ONNX names, so `run --input x=...` uses the model's own names.
+    names = {v.name: k for k, v in onnx_bindings.inputs.items()}
+    names.update({v.name: k for k, v in onnx_bindings.outputs.items()})
+    with trace.phase("assemble_package"):
+        package = assemble_package(built, onnx_bindings.parameters, names=names)
+    with trace.phase("write_package"):
+        size = package.save(args.output)
+    summary = package_summary(package, args.output, size)
+    if args.json:
+        print(json.dumps({**summary, "report": report_json(built.report())}, sort_keys=True))
+        return 0
+    print(
+        f"wrote {args.output}: {size} bytes, sha256 {summary['digest']}, "
+        f"{summary['tiles']} tiles, {summary['steps']['compute']} compute + "
+        f"{summary['steps']['exchange']} exchange steps, "
+        f"{summary['weight_bytes']} weight bytes"
+    )
+    print(f"estimated_cycles={summary['estimated_cycles']}")
+    return 0
+
+
+# -- run ----------------------------------------------------------------------------------------
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "output"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ipu_stack.runtime.session import Session
+    from ipu_stack.runtime.sim import SimDevice
+
+    session = Session(SimDevice()).load(args.package)
+    assert session.package is not None
+    inputs: dict[str, np.ndarray] = {}
+    for name, path in args.input:
+        try:
+            inputs[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise GraphError(f"--input {name}: cannot read {path!r}: {err}") from None
+    rng = np.random.default_rng(args.seed)
+    for b in session.package.bindings("input"):
+        if b["name"] not in inputs:
+            if not args.random_inputs:
+                raise GraphError(
+                    f"no data for input {b['name']!r}; pass --input {b['name']}=FILE.npy or "
+                    "--random-inputs"
+                )
+            dtype = ipu21.precision(b["dtype"]).numpy_name
+            inputs[b["name"]] = rng.uniform(-1, 1, b["shape"]).astype(dtype)
+    session.initialize()
+    outputs = session.run(inputs)
+    result = session.last_run
+    assert result is not None and session.profile is not None
+    clock = int(session.package.manifest.get("clock_hz", ipu21.CLOCK_HZ))
+    written = {}
+    if args.output_dir is not None:
+        out_dir = Path(args.output_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, value in outputs.items():
+            path = out_dir / f"{_safe_name(name)}.npy"
+            np.save(path, value)
+            written[name] = str(path)
+    report = {
+        "package": args.package,
+        "simulated_cycles": result.cycles,
+        "clock_hz": clock,
+        "simulated_seconds": result.cycles / clock,
+        "simulate_seconds": result.seconds,
+        "step_cycles": result.step_cycles,
+        "step_kinds": session.profile.kinds,
+        "outputs": [
+            {
+                "name": name,
+                "dtype": str(value.dtype),
+                "shape": list(value.shape),
+                "min": float(np.min(value)),
+                "max": float(np.max(value)),
+                "mean": float(np.mean(value, dtype=np.float64)),
+                **({"file": written[name]} if name in written else {}),
+            }
+            for name, value in outputs.items()
+        ],
+    }
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0
+    for out in report["outputs"]:
+        where = f" -> {out['file']}" if "file" in out else ""
+        print(
+            f"output {out['name']} {out['dtype']} {tuple(out['shape'])}: min={out['min']:.4g} "
+            f"max={out['max']:.4g} mean={out['mean']:.4g}{where}"
+        )
+    print(
+        f"simulated_cycles={result.cycles} time={result.cycles / clock * 1e6:.3f} us at "
+        f"{clock / 1e9:g} GHz (steps={len(result.step_cycles)}, "
+        f"simulate_seconds={result.seconds:.2f})"
+    )
+    return 0
+
+
+# -- inspect ------------------------------------------------------------------------------------
+def package_summary(package: Any, path: str, size: int) -> dict[str, Any]:
+    """What package-inspect prints first: identity, sizes, program shape."""
+    m = package.manifest
+    steps = m["program"]["steps"]
+    calls = Counter(c[0] for s in steps if s["kind"] == "compute" for c in s["calls"])
+    by_role = Counter(b["role"] for b in m["bindings"])
+    return {
+        "path": path,
+        "bytes": size,
+        "digest": package.digest,
+        "schema_version": m["schema_version"],
+        "compiler_version": m["compiler_version"],
+        "target": m["target"],
+        "tile_memory": [m["tile_memory_base"], m["tile_memory_size"]],
+        "tiles": len(m["tiles"]),
+        "steps": {
+            "compute": sum(s["kind"] == "compute" for s in steps),
+            "exchange": sum(s["kind"] == "exchange" for s in steps),
+        },
+        "calls": dict(sorted(calls.items())),
+        "transfers": len(package.table("transfers")),
+        "pieces": len(package.table("pieces")),
+        "segments": len(package.table("segments")),
+        "allocations": len(package.table("allocations")),
+        "bindings": {role: by_role.get(role, 0) for role in ("input", "weight", "output")},
+        "weight_bytes": m["sections"]["weights"]["size"],
+        "host_calls": [c["name"] for c in m["host_calls"]],
+        "kernels": [k["name"] for k in m["kernels"]],
+        "estimated_cycles": m["program"]["estimated_cycles"],
+    }
+
+
+def _bindings(package: Any) -> list[dict[str, Any]]:
+    out = []
+    for b in package.bindings():
+        sl = package.binding_slices(b)
+        out.append(
+            {
+                "name": b["name"],
+                "role": b["role"],
+                "dtype": b["dtype"],
+                "shape": b["shape"],
+                "slices": len(sl),
+                "tiles": len(set(sl[:, 0].tolist())),
+                "slice_bytes": int(sl[:, 9].sum()) if b.get("embedded") else 0,
+            }
+        )
+    return out
+
+
+def _tile(package: Any, tile: int) -> dict[str, Any]:
+    m = package.manifest
+    if tile not in m["tiles"]:
+        some = ", ".join(str(t) for t in m["tiles"][:8])
+        raise GraphError(
+            f"tile {tile} is not in the package; its {len(m['tiles'])} physical tiles are "
+            f"{some}{', ...' if len(m['tiles']) > 8 else ''}"
+        )
+    seg = package.table("segments")
+    alloc = package.table("allocations")
+    names = m["allocation_names"]
+    slices = []
+    for b in package.bindings():
+        for row in package.binding_slices(b).tolist():
+            if row[0] == tile:
+                slices.append({"binding": b["name"], "address": row[1], "rows": row[3:5],
+                               "cols": row[5:7], "row_stride": row[2]})  # fmt: skip
+    transfers = package.table("transfers")
+    dests = package.table("destinations")
+    steps = []
+    for index, step in enumerate(m["program"]["steps"]):
+        if step["kind"] == "compute":
+            calls = [c for c in step["calls"] if c[1] == tile]
+            if calls:
+                steps.append({"step": index, "kind": "compute", "calls": calls})
+            continue
+        start, count = step["transfers"]
+        block = transfers[start : start + count]
+        sent = int((block[:, 0] == tile).sum())
+        d0 = int(block[0, 4])
+        d1 = int(transfers[start + count, 4]) if start + count < len(transfers) else len(dests)
+        received = int((dests[d0:d1, 0] == tile).sum())
+        if sent or received:
+            steps.append({"step": index, "kind": "exchange", "label": step.get("label", ""),
+                          "sends": sent, "receives": received})  # fmt: skip
+    return {
+        "tile": tile,
+        "logical": m["tiles"].index(tile),
+        "segments": [[int(a), int(s)] for _, a, s, _ in seg[seg[:, 0] == tile].tolist()],
+        "allocations": [
+            {
+                "name": names[i],
+                "address": int(alloc[i, 1]),
+                "size": int(alloc[i, 2]),
+                "live": [int(alloc[i, 3]), int(alloc[i, 4])],
+            }
+            for i in np.flatnonzero(alloc[:, 0] == tile).tolist()
+        ],
+        "slices": slices,
+        "steps": steps,
+    }
+
+
+def describe_call(call: list[Any]) -> str:
+    """One packaged kernel call as text, addresses in hex."""
+    kind = call[0]
+
+    def view(v: list[Any]) -> str:
+        return f"{v[0]:#x}[{v[1]}x{v[2]} stride {v[3]} {v[4]}]"
+
+    if kind == "gemm":
+        _, _, out, left, right, rows, k, c, prec, acc, weights = call
+        mode = "accumulate" if acc else "init"
+        return (
+            f"gemm {prec} {mode} rows={rows} k={k} c={c} weights={weights} out={out:#x} "
+            f"left={left:#x} right={right:#x}"
+        )
+    if kind == "add":
+        inputs = ",".join(f"{a:#x}" for a in call[3])
+        return f"add {call[5]} elements={call[4]} out={call[2]:#x} inputs={inputs}"
+    if kind == "copy":
+        return f"copy {call[4]} bytes {call[3]:#x} -> {call[2]:#x}"
+    if kind == "fill":
+        return f"fill {call[3]} bytes at {call[2]:#x}"
+    attrs = " ".join(f"{k}={v}" for k, v in call[5])
+    inputs = " ".join(view(v) for v in call[4])
+    return f"map {call[2]} out={view(call[3])} inputs={inputs} {attrs}".rstrip()
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from ipu_stack.package.format import Package
+
+    package = Package.load(args.package)
+    summary = package_summary(package, args.package, os.path.getsize(args.package))
+    report: dict[str, Any] = {"summary": summary}
+    if args.bindings:
+        report["bindings"] = _bindings(package)
+    if args.tile is not None:
+        report["tile"] = _tile(package, args.tile)
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0
+    s = summary
+    print(f"package {s['path']}: {s['bytes']} bytes, sha256 {s['digest']}")
+    print(
+        f"schema {s['schema_version']}, compiler {s['compiler_version']}, target {s['target']}, "
+        f"tile memory {s['tile_memory'][0]:#x} +{s['tile_memory'][1]}"
+    )
+    print(
+        f"tiles={s['tiles']} segments={s['segments']} allocations={s['allocations']} "
+        f"weight_bytes={s['weight_bytes']}"
+    )
+    calls = " ".join(f"{k}={v}" for k, v in s["calls"].items())
+    print(
+        f"steps: compute={s['steps']['compute']} exchange={s['steps']['exchange']}; "
+        f"calls: {calls}; transfers={s['transfers']} pieces={s['pieces']}"
+    )
+    roles = " ".join(f"{k}={v}" for k, v in s["bindings"].items())
+    print(f"bindings: {roles}; host calls: {', '.join(s['host_calls'])}")
+    print(f"kernels: {', '.join(s['kernels']) or 'none'}")
+    print(f"estimated_cycles={s['estimated_cycles']}")
+    for b in report.get("bindings", []):
+        print(
+            f"  {b['role']:<6} {b['name']} {b['dtype']} {tuple(b['shape'])}: {b['slices']} "
+            f"slices on {b['tiles']} tiles, {b['slice_bytes']} data bytes in slices"
+        )
+    if "tile" in report:
+        t = report["tile"]
+        print(f"tile {t['tile']} (logical {t['logical']}):")
+        for address, size in t["segments"]:
+            print(f"  segment [{address:#x}, {address + size:#x})")
+        for a in t["allocations"]:
+            print(
+                f"  allocation {a['name']} [{a['address']:#x}, {a['address'] + a['size']:#x}) "
+                f"live steps {a['live'][0]}..{a['live'][1] - 1}"
+            )
+        for sl in t["slices"]:
+            print(
+                f"  slice {sl['binding']} at {sl['address']:#x} rows {sl['rows']} "
+                f"cols {sl['cols']} stride {sl['row_stride']}"
+            )
+        for st in t["steps"]:
+            if st["kind"] == "compute":
+                for call in st["calls"]:
+                    print(f"  step {st['step']} {describe_call(call)}")
+            else:
+                print(
+                    f"  step {st['step']} exchange {st['label']!r}: sends {st['sends']}, "
+                    f"receives {st['receives']}"
+                )
+    return 0
