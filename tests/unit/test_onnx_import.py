@@ -169,6 +169,22 @@ OPERATOR_MODELS = {
         {"x": (4, 8)},
         ["y"],
     ),
+    "unsqueeze_squeeze_flatten": lambda: make_model(
+        [
+            node("Unsqueeze", ["x", "ax"], ["u"]),
+            node("Squeeze", ["u", "sq"], ["s"]),
+            node("Flatten", ["s"], ["y"], axis=2),
+        ],
+        {"x": (2, 1, 3, 4)},
+        ["y"],
+        {"ax": np.array([0, -1], np.int64), "sq": np.array([0, 2], np.int64)},
+    ),
+    "squeeze_all_ones_opset11": lambda: make_model(
+        [node("Squeeze", ["x"], ["s"]), node("Unsqueeze", ["s"], ["y"], axes=[1])],
+        {"x": (1, 3, 1, 4)},
+        ["y"],
+        opset=11,
+    ),
     "identity_output": lambda: make_model([node("Identity", ["x"], ["y"])], {"x": (4,)}, ["y"]),
 }
 

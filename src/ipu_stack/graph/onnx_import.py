@@ -42,8 +42,9 @@ from ipu_stack.graph.onnx_patterns import (
 NUMPY_OF = {"f32": np.float32, "f16": np.float16}
 #: Op types the importer emits (others only fold to constants or sit inside a pattern).
 SUPPORTED_OPS = (
-    "Add", "Attention", "Cast", "Div", "Gelu", "Gemm", "Identity", "LayerNormalization",
-    "MatMul", "Mul", "Reshape", "Slice", "Softmax", "Sub", "Transpose",
+    "Add", "Attention", "Cast", "Div", "Flatten", "Gelu", "Gemm", "Identity",
+    "LayerNormalization", "MatMul", "Mul", "Reshape", "Slice", "Softmax", "Squeeze", "Sub",
+    "Transpose", "Unsqueeze",
 )  # fmt: skip
 #: Never folded, even with constant inputs: their result is not a function of their inputs.
 NONDETERMINISTIC = ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
@@ -435,7 +436,7 @@ class Importer:
             )
         else:
             unknown = [n for n in node.input if n and n not in self.index.constants]
-            if node.op_type in ("Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze"):
+            if node.op_type in ("Shape", "Size", "Gather", "Concat"):
                 reason += (
                     f" at run time (it folds only when its inputs are constant or have static "
                     f"shapes; not known: {', '.join(map(repr, unknown))})"

@@ -282,6 +282,54 @@ def emit_reshape(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     return imp.graph.view(x, target or [1], name=imp.op_name(imp.label(node)))
 
 
+def _axes(imp: Importer, node: NodeProto) -> list[int] | None:
+    """Constant ``axes``: an input from opset 13, an attribute before; None when absent."""
+    if imp.opset >= 13:
+        return _ints(_required_constant(imp, node, 1, "axes")) if _input(node, 1) else None
+    attr = attribute(node, "axes")
+    return _ints(attr) if attr is not None else None  # type: ignore[arg-type]
+
+
+def _normalised(axes: list[int], rank: int) -> list[int]:
+    if any(not -rank <= a < rank for a in axes):
+        raise GraphError(f"axes {axes} out of range for rank {rank}")
+    return sorted(a % rank for a in axes)
+
+
+def emit_unsqueeze(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    x = imp.value(node.input[0])
+    axes = _axes(imp, node) or []
+    shape = list(x.shape)
+    for a in _normalised(axes, len(shape) + len(axes)):
+        shape.insert(a, 1)
+    return imp.graph.view(x, shape, name=imp.op_name(imp.label(node)))
+
+
+def emit_squeeze(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    x = imp.value(node.input[0])
+    given = _axes(imp, node)
+    axes = (
+        _normalised(given, len(x.shape))
+        if given is not None
+        else ([i for i, d in enumerate(x.shape) if d == 1])
+    )
+    if any(x.shape[a] != 1 for a in axes):
+        raise GraphError(f"cannot squeeze axes {axes} of shape {x.shape}")
+    shape = [d for i, d in enumerate(x.shape) if i not in axes]
+    return imp.graph.view(x, shape or [1], name=imp.op_name(imp.label(node)))
+
+
+def emit_flatten(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    x = imp.value(node.input[0])
+    rank = len(x.shape)
+    axis = _int(node, "axis", 1)
+    if not -rank <= axis <= rank:
+        raise GraphError(f"axis {axis} out of range for shape {x.shape}")
+    axis %= rank + 1
+    rows = int(np.prod(x.shape[:axis]))
+    return imp.graph.view(x, (rows, x.size // rows), name=imp.op_name(imp.label(node)))
+
+
 def emit_transpose(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     x = imp.value(node.input[0])
     perm = attribute(node, "perm")
@@ -398,6 +446,7 @@ EMITTERS: dict[str, Emitter] = {
     "Attention": emit_attention,
     "Cast": emit_cast,
     "Div": emit_div,
+    "Flatten": emit_flatten,
     "Gelu": emit_gelu,
     "Gemm": emit_gemm,
     "Identity": emit_identity,
@@ -407,6 +456,8 @@ EMITTERS: dict[str, Emitter] = {
     "Reshape": emit_reshape,
     "Slice": emit_slice,
     "Softmax": emit_softmax,
+    "Squeeze": emit_squeeze,
     "Sub": emit_sub,
     "Transpose": emit_transpose,
+    "Unsqueeze": emit_unsqueeze,
 }
