@@ -117,7 +117,7 @@ def _nonnegative_seconds(text: str) -> float:
     return value
 
 
-def _add_exchange_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_exchange_commands(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser(
         "exchange-bench", help="schedule and verify the exchange phases of a snapshot"
     )
@@ -128,7 +128,7 @@ def _add_exchange_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
         type=_nonnegative_seconds,
         default=None,
         metavar="SECONDS",
-        help="seconds per phase (default 1.0)",
+        help="seconds per phase (default 1.5)",
     )
     bench.add_argument("--emit-schedule", metavar="OUT.json", default=None)
     bench.add_argument(

@@ -158,7 +158,9 @@ def test_horizon_smaller_than_real_end() -> None:
 
 
 def test_unknown_latency_model() -> None:
-    bad = PhaseSchedule(GOOD.pieces, GOOD.horizon, "test", model=replace(PORTS_ONLY, latency="bogus"))
+    bad = PhaseSchedule(
+        GOOD.pieces, GOOD.horizon, "test", model=replace(PORTS_ONLY, latency="bogus")
+    )
     with pytest.raises(ScheduleError, match="unknown latency model 'bogus'"):
         verify_schedule(PHASE, bad)
 
@@ -173,14 +175,19 @@ def test_latency_hook_shifts_receptions(monkeypatch: pytest.MonkeyPatch) -> None
     late = PhaseSchedule(GOOD.pieces, 7, "test", model=replace(PORTS_ONLY, latency="late1"))
     with pytest.raises(ScheduleError, match="horizon 7 is smaller than the real end 10"):
         verify_schedule(PHASE, late)
-    verify_schedule(PHASE, PhaseSchedule(GOOD.pieces, 10, "test", model=replace(PORTS_ONLY, latency="late1")))
+    verify_schedule(
+        PHASE, PhaseSchedule(GOOD.pieces, 10, "test", model=replace(PORTS_ONLY, latency="late1"))
+    )
     # Transfer 1 sent at 3 is fine on send port 3, and without latency would collide on
     # tile 1 at cycle 3; the model delays only tile 1's arrivals, so both shift equally.
     shifted = schedule((Piece(0, 0, 4),), (Piece(3, 0, 3),), (Piece(4, 0, 2),), horizon=10)
     with pytest.raises(ScheduleError, match="tile 1 receives from two senders in cycle 3"):
         verify_schedule(PHASE, shifted)
     with pytest.raises(ScheduleError, match="tile 1 receives from two senders in cycle 6"):
-        verify_schedule(PHASE, PhaseSchedule(shifted.pieces, 10, "test", model=replace(PORTS_ONLY, latency="late1")))
+        verify_schedule(
+            PHASE,
+            PhaseSchedule(shifted.pieces, 10, "test", model=replace(PORTS_ONLY, latency="late1")),
+        )
 
 
 def test_latency_can_separate_receptions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,4 +200,6 @@ def test_latency_can_separate_receptions(monkeypatch: pytest.MonkeyPatch) -> Non
     pieces = ((Piece(0, 0, 4),), (Piece(0, 0, 3),), (Piece(4, 0, 2),))
     with pytest.raises(ScheduleError, match="tile 1 receives from two senders in cycle 0"):
         verify_schedule(PHASE, PhaseSchedule(pieces, 7, "test", PORTS_ONLY))
-    verify_schedule(PHASE, PhaseSchedule(pieces, 7, "test", model=replace(PORTS_ONLY, latency="far3")))
+    verify_schedule(
+        PHASE, PhaseSchedule(pieces, 7, "test", model=replace(PORTS_ONLY, latency="far3"))
+    )

@@ -39,7 +39,7 @@ DEPENDENCY_CHAIN = "dependency-chain"
 CONFLICT_CLIQUE = "conflict-clique"
 SRAM_ELEMENT = "sram-element"
 #: Order of preference when bounds tie: the simplest explanation wins.
-BOUND_NAMES = (ENDPOINT, SRAM_ELEMENT, DEPENDENCY_CHAIN, LATENCY_ENDPOINT, CONFLICT_CLIQUE)
+BOUND_NAMES = (ENDPOINT, SRAM_ELEMENT, LATENCY_ENDPOINT, DEPENDENCY_CHAIN, CONFLICT_CLIQUE)
 #: Cliques up to this size get the exact best order (Held-Karp), larger ones the relaxation.
 EXACT_ORDER_LIMIT = 7
 
@@ -120,8 +120,8 @@ def lower_bounds(problem: ResourceProblem) -> dict[str, int]:
         SRAM_ELEMENT: int(load[element].max(initial=0)),
         DEPENDENCY_CHAIN: int((heads + tails).max()),
     }
-    floor = max(bounds.values())
-    bounds[LATENCY_ENDPOINT] = max(floor, jackson_bound(problem, heads, tails, floor))
+    floor = max(bounds[ENDPOINT], bounds[SRAM_ELEMENT])
+    bounds[LATENCY_ENDPOINT] = max(bounds[ENDPOINT], jackson_bound(problem, heads, tails, floor))
     bounds[CONFLICT_CLIQUE] = max(bounds[ENDPOINT], clique_bound(problem, heads, tails))
     return bounds
 

@@ -35,8 +35,12 @@ IntArray = npt.NDArray[np.int64]
 SMALL_MATCHING_EDGES = 256
 #: Largest size * degree of a tie class ordered by matching waves (bounds the time spent).
 WAVE_WORK_BUDGET = 20_000_000
+#: Work units the dense greedy charges per event (its use checks cost one unit each).
+POP_WORK = 4
 #: Matchings recomputed per wave to move SRAM-hazard pairs into different waves.
-HAZARD_RETRIES = 64
+HAZARD_RETRIES = 16
+#: Most waves a whole-phase unicast decomposition may have (one matching per wave).
+MAX_GLOBAL_WAVES = 64
 
 
 class _Calendar:
@@ -126,15 +130,19 @@ def _successors(problem: ResourceProblem) -> tuple[list[list[tuple[int, int]]], 
     return successors, waiting
 
 
-def dense_greedy(problem: ResourceProblem) -> IntArray:
+def dense_greedy(problem: ResourceProblem, max_work: int | None = None) -> IntArray | None:
     """Event-driven dense greedy (see the module docstring).
 
     Args:
         problem: the compiled phase.
+        max_work: give up (return None) after this many resource-use checks; a deterministic
+            stand-in for a time limit.
 
     Returns:
-        The send cycle of every transfer.
+        The send cycle of every transfer, or None if it gave up.
     """
+    work = 0
+    limit = max_work if max_work is not None else 1 << 62
     count = problem.count
     uses = _uses(problem)
     durations = problem.durations.tolist()
@@ -163,6 +171,7 @@ def dense_greedy(problem: ResourceProblem) -> IntArray:
 
     while heap:
         time, _, sender = heapq.heappop(heap)
+        work += POP_WORK
         if time < clock[sender]:
             continue  # stale entry
         queue = pending[sender]
@@ -173,6 +182,7 @@ def dense_greedy(problem: ResourceProblem) -> IntArray:
             if waiting[i]:
                 continue
             length = durations[i]
+            work += len(uses[i])
             fit = calendar.earliest(uses[i], length, max(time, release[i]))
             if fit == time:
                 key = (-max(remaining[r] for r, _ in uses[i]), -length, i)
@@ -180,6 +190,8 @@ def dense_greedy(problem: ResourceProblem) -> IntArray:
                     best, best_key = i, key
             elif next_time < 0 or fit < next_time:
                 next_time = fit
+        if work > limit:
+            return None
         if best >= 0:
             length = durations[best]
             for r, o in uses[best]:
@@ -249,6 +261,59 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
     return np.asarray(start, dtype=np.int64)
 
 
+def wave_order(problem: ResourceProblem) -> IntArray | None:
+    """Multicasts by static priority, then all unicasts in regularised matching waves.
+
+    One decomposition over every unicast regardless of length: each wave lets every busiest
+    port send or receive once, longest first within a wave. Suits phases that are sums of
+    permutations with unequal chunks (reduce-scatters), where equal-priority classes are too
+    small to form waves. Returns None when the decomposition would be too costly.
+    """
+    arrays = problem.arrays
+    is_unicast = arrays.fanouts == 1
+    unicast = np.flatnonzero(is_unicast)
+    if unicast.size == 0:
+        return None
+    sources = arrays.sources[unicast]
+    destinations = arrays.destination_tiles[arrays.destination_starts[unicast]]
+    degree = max(int(np.bincount(sources).max()), int(np.bincount(destinations).max()))
+    if unicast.size * degree > WAVE_WORK_BUDGET or degree > MAX_GLOBAL_WAVES:
+        return None
+    tile_count = int(max(sources.max(), destinations.max())) + 1
+    # Longest first inside each wave: sort members by length before the decomposition, whose
+    # waves keep member order.
+    by_length = np.lexsort((unicast, -problem.durations[unicast]))
+    waves = _matching_waves(
+        unicast[by_length],
+        sources[by_length],
+        destinations[by_length],
+        tile_count,
+        _element_roles(problem),
+    )
+    priority = _heaviest_first(problem)
+    multicast_first = priority[~is_unicast[priority]]
+    return np.concatenate((multicast_first, waves)).astype(np.int64)
+
+
+def _heaviest(problem: ResourceProblem) -> IntArray:
+    """Per transfer, the total load of its busiest resource."""
+    load = np.bincount(
+        problem.use_resources,
+        weights=problem.durations[problem.use_transfers],
+        minlength=problem.resource_count,
+    )
+    heaviest = np.zeros(problem.count, dtype=np.int64)
+    np.maximum.at(heaviest, problem.use_transfers, load[problem.use_resources].astype(np.int64))
+    return heaviest
+
+
+def _heaviest_first(problem: ResourceProblem, heaviest: IntArray | None = None) -> IntArray:
+    """Busiest resource first, then longer, multicast before unicast, then index."""
+    heaviest = _heaviest(problem) if heaviest is None else heaviest
+    is_unicast = problem.arrays.fanouts == 1
+    return np.lexsort((np.arange(problem.count), is_unicast, -problem.durations, -heaviest))
+
+
 def priority_order(problem: ResourceProblem) -> IntArray:
     """Transfers by static priority: busiest resource first, then longer, multicast first.
 
@@ -257,17 +322,11 @@ def priority_order(problem: ResourceProblem) -> IntArray:
     sum of disjoint permutations is placed colour by colour.
     """
     count = problem.count
-    load = np.bincount(
-        problem.use_resources,
-        weights=problem.durations[problem.use_transfers],
-        minlength=problem.resource_count,
-    )
-    heaviest = np.zeros(count, dtype=np.int64)
-    np.maximum.at(heaviest, problem.use_transfers, load[problem.use_resources].astype(np.int64))
+    heaviest = _heaviest(problem)
     arrays = problem.arrays
     is_unicast = arrays.fanouts == 1
     durations = problem.durations
-    order = np.lexsort((np.arange(count), is_unicast, -durations, -heaviest))
+    order = _heaviest_first(problem, heaviest)
     key_heaviest = heaviest[order]
     key_length = durations[order]
     boundary = np.flatnonzero(
@@ -342,10 +401,10 @@ def _matching_waves(
 
     The sender-receiver multigraph is padded with dummy edges to a ``degree``-regular bipartite
     multigraph, which splits into ``degree`` perfect matchings (König); each matching's real
-    edges form one wave. Plain maximum matchings could leave a busiest port out of a wave and so
-    need more waves than its degree. When a wave would send from an SRAM element that the same
-    wave receives into (a hazard), the reading edge is banned for that wave and the matching is
-    recomputed, a few times, so that hazard pairs land in different waves.
+    edges form one wave, in member order. Plain maximum matchings could leave a busiest port out
+    of a wave and so need more waves than its degree. When a wave would send from an SRAM
+    element that the same wave receives into (a hazard), the reading edges are banned for that
+    wave and the matching recomputed, a few times, so that hazard pairs land in different waves.
     """
     hazards = hazards or {}
     left_ids, left = np.unique(sources, return_inverse=True)
@@ -354,12 +413,13 @@ def _matching_waves(
     left_degree = np.bincount(left, minlength=size)
     right_degree = np.bincount(right, minlength=size)
     degree = int(max(left_degree.max(), right_degree.max()))
-    real: dict[tuple[int, int], list[int]] = {}
-    for position, edge in enumerate(zip(left.tolist(), right.tolist(), strict=True)):
-        real.setdefault(edge, []).append(position)
-    for positions in real.values():
-        positions.reverse()  # pop() takes the lowest position first
-    dummy: dict[tuple[int, int], int] = {}
+    # Distinct edges, each with its real members (lowest position last, for pop()) and dummies.
+    key = left.astype(np.int64) * size + right
+    edge_keys, edge_of = np.unique(key, return_inverse=True)
+    real: list[list[int]] = [[] for _ in range(edge_keys.size)]
+    for position in range(members.size - 1, -1, -1):
+        real[int(edge_of[position])].append(position)
+    extra: dict[int, int] = {}
     left_deficit = (degree - left_degree).tolist()
     right_deficit = (degree - right_degree).tolist()
     j = 0
@@ -368,51 +428,63 @@ def _matching_waves(
             while right_deficit[j] == 0:
                 j += 1
             take = min(left_deficit[i], right_deficit[j])
-            dummy[(i, j)] = dummy.get((i, j), 0) + take
+            extra[i * size + j] = extra.get(i * size + j, 0) + take
             left_deficit[i] -= take
             right_deficit[j] -= take
+    all_keys = np.union1d(edge_keys, np.fromiter(extra, dtype=np.int64, count=len(extra)))
+    count = np.zeros(all_keys.size, dtype=np.int64)
+    real_index: IntArray = np.asarray(np.searchsorted(all_keys, edge_keys), dtype=np.int64)
+    count[real_index] = [len(r) for r in real]
+    for k, multiplicity in extra.items():
+        count[int(np.searchsorted(all_keys, k))] += multiplicity
+    real_of = np.full(all_keys.size, -1, dtype=np.int64)
+    real_of[real_index] = np.arange(edge_keys.size)
+    rows_all = all_keys // size
+    cols_all = all_keys % size
+
+    def match(banned: npt.NDArray[np.bool_]) -> tuple[IntArray, bool]:
+        active = (count > 0) & ~banned
+        graph = csr_matrix(
+            (np.ones(int(active.sum()), dtype=np.int8), (rows_all[active], cols_all[active])),
+            shape=(size, size),
+        )
+        matched = maximum_bipartite_matching(graph, perm_type="column")
+        ok = bool((matched >= 0).all())
+        rows = np.flatnonzero(matched >= 0)
+        return np.searchsorted(all_keys, rows * size + matched[rows]), ok
+
     waves: list[int] = []
+    no_ban = np.zeros(all_keys.size, dtype=bool)
     for _ in range(degree):
-        banned: set[tuple[int, int]] = set()
-        matched = _perfect_matching(real, dummy, banned, size)
-        for _attempt in range(HAZARD_RETRIES if hazards else 0):
-            wave = [real[edge][-1] for edge in matched if real.get(edge)]
-            clashes = _wave_conflicts(wave, members, hazards)
-            if not clashes:
-                break
-            banned.add((int(left[clashes[0]]), int(right[clashes[0]])))
-            retry = _perfect_matching(real, dummy, banned, size)
-            if len(retry) < size:
-                break  # no perfect matching avoids it: keep the clash
-            matched = retry
+        chosen, _ok = match(no_ban)
+        if hazards:
+            banned = no_ban.copy()
+            for _attempt in range(HAZARD_RETRIES):
+                wave = [real[r][-1] for r in real_of[chosen].tolist() if r >= 0 and real[r]]
+                clashes = _wave_conflicts(wave, members, hazards)
+                if not clashes:
+                    break
+                trial = banned.copy()
+                for position in clashes:
+                    trial[int(real_index[int(edge_of[position])])] = True
+                retry, ok = match(trial)
+                if not ok:
+                    trial = banned.copy()
+                    trial[int(real_index[int(edge_of[clashes[0]])])] = True
+                    retry, ok = match(trial)
+                    if not ok:
+                        break  # no perfect matching avoids it: keep the clash
+                banned, chosen = trial, retry
         wave = []
-        for edge in matched:
-            positions = real.get(edge)
-            if positions:
-                wave.append(positions.pop())
-            else:
-                dummy[edge] -= 1
+        for e in chosen.tolist():
+            count[e] -= 1
+            r = int(real_of[e])
+            if r >= 0 and real[r]:
+                wave.append(real[r].pop())
         waves.extend(sorted(wave))
     taken = set(waves)
     rest = [position for position in range(members.size) if position not in taken]
     return members[np.asarray(waves + rest, dtype=np.int64)]
-
-
-def _perfect_matching(
-    real: dict[tuple[int, int], list[int]],
-    dummy: dict[tuple[int, int], int],
-    banned: set[tuple[int, int]],
-    size: int,
-) -> list[tuple[int, int]]:
-    """A maximum matching of the remaining (real or dummy) edges not banned, as edges."""
-    edges = {edge for edge, positions in real.items() if positions and edge not in banned}
-    edges.update(edge for edge, count in dummy.items() if count and edge not in banned)
-    ordered = sorted(edges)
-    rows = np.fromiter((e[0] for e in ordered), dtype=np.int64, count=len(ordered))
-    cols = np.fromiter((e[1] for e in ordered), dtype=np.int64, count=len(ordered))
-    graph = csr_matrix((np.ones(len(ordered), dtype=np.int8), (rows, cols)), shape=(size, size))
-    matched = maximum_bipartite_matching(graph, perm_type="column")
-    return [(row, int(col)) for row, col in enumerate(matched.tolist()) if col >= 0]
 
 
 def _small_maximum_matching(sources: list[int], destinations: list[int]) -> list[int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -90,7 +91,7 @@ def components(problem: ResourceProblem) -> tuple[int, IntArray]:
         (np.ones(rows.size, dtype=np.int8), (rows, cols)),
         shape=(n + problem.resource_count, n + problem.resource_count),
     )
-    count, labels = connected_components(graph, directed=False)
+    _, labels = connected_components(graph, directed=False)
     labels = labels[:n]
     # Renumber by first transfer so labels do not depend on resource numbering.
     _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
@@ -104,6 +105,7 @@ def improve(
     target: int,
     deadline: float,
     good_enough: int | None = None,
+    planned_seconds: float | None = None,
 ) -> LnsResult:
     """Improve a schedule until it meets ``target``, nothing is left to try, or time is up.
 
@@ -118,6 +120,9 @@ def improve(
         target: the strongest lower bound (no schedule can end earlier).
         deadline: ``time.perf_counter()`` value at which to stop.
         good_enough: stop once the horizon is at most this (default ``target``).
+        planned_seconds: wall-clock seconds the stage plans for, turned into CP-SAT
+            deterministic time (so the search path does not depend on the clock); by default
+            the time to the deadline. The deadline still stops the stage.
 
     Returns:
         The best starts found, the number of improving solves and any proven bound.
@@ -126,7 +131,9 @@ def improve(
         from ortools.sat.python import cp_model  # noqa: F401
     except ImportError:  # pragma: no cover - ortools is a dependency
         return LnsResult(starts, KIND, 0, 0)
-    budget = max(deadline - time.perf_counter(), 0.0) * DETERMINISTIC_PER_SECOND
+    if planned_seconds is None:
+        planned_seconds = deadline - time.perf_counter()
+    budget = max(planned_seconds, 0.0) * DETERMINISTIC_PER_SECOND
     starts = starts.copy()
     improvements = 0
     proven = 0
@@ -138,6 +145,7 @@ def improve(
     heap = [(-int(component_end[c]), c) for c in range(count)]
     heapq.heapify(heap)
     slices = [FIRST_SLICE] * count
+    users = _resource_users(problem)
     tail_sizes = [TAIL_START] * count
     while heap and budget > 0 and time.perf_counter() < deadline:
         negative_end, c = heapq.heappop(heap)
@@ -150,12 +158,11 @@ def improve(
             outcome = _solve(problem, starts, members, target, deadline, limit)
             window = members
         else:
-            late_end = starts[members] + problem.completion[members]
-            late = members[np.lexsort((members, -late_end))]
-            above = int((late_end > target).sum())
-            window = np.sort(late[: max(tail_sizes[c], above + tail_sizes[c] // 2)])
+            window = _critical_neighbourhood(problem, starts, members, target, tail_sizes[c], users)
             outcome = _solve(problem, starts, window, target, deadline, limit)
-        budget -= (outcome.deterministic_time if outcome else limit) + CALL_OVERHEAD
+        budget -= (outcome.deterministic_time if outcome else limit) + CALL_OVERHEAD * (
+            1 + window.size / 100
+        )
         if outcome is not None and outcome.starts is not None:
             trial = starts.copy()
             trial[window] = outcome.starts
@@ -173,6 +180,52 @@ def improve(
         slices[c] = min(slices[c] * 2, LAST_SLICE)
         heapq.heappush(heap, (-end, c))
     return LnsResult(starts, KIND, improvements, proven)
+
+
+def _resource_users(problem: ResourceProblem) -> list[IntArray]:
+    """For each resource, the transfers that use it."""
+    order = np.argsort(problem.use_resources, kind="stable")
+    bounds_of = np.searchsorted(problem.use_resources[order], np.arange(problem.resource_count + 1))
+    transfers = problem.use_transfers[order]
+    return [transfers[bounds_of[r] : bounds_of[r + 1]] for r in range(problem.resource_count)]
+
+
+def _critical_neighbourhood(
+    problem: ResourceProblem,
+    starts: IntArray,
+    members: IntArray,
+    target: int,
+    size: int,
+    users: list[IntArray],
+) -> IntArray:
+    """The transfers that end above the target, then everything sharing a resource with them,
+    breadth first, latest-ending first at each level, up to ``size`` transfers.
+
+    Freeing whole resource timelines (not just the tail) lets the solver reorder a critical
+    port from its first transfer on.
+    """
+    end = starts + problem.completion
+    member_end = end[members]
+    frontier = members[np.lexsort((members, -member_end))]
+    frontier = frontier[end[frontier] > target][:size]
+    if frontier.size == 0:
+        frontier = members[np.argsort(-member_end, kind="stable")[:1]]
+    chosen = np.zeros(problem.count, dtype=bool)
+    chosen[frontier] = True
+    total = int(frontier.size)
+    use_starts = problem.use_starts
+    while frontier.size and total < size:
+        rows = np.concatenate([np.arange(use_starts[i], use_starts[i + 1]) for i in frontier])
+        resources = np.unique(problem.use_resources[rows])
+        neighbours = np.unique(np.concatenate([users[r] for r in resources.tolist()]))
+        neighbours = neighbours[~chosen[neighbours]]
+        if neighbours.size == 0:
+            break
+        neighbours = neighbours[np.lexsort((neighbours, -end[neighbours]))][: size - total]
+        chosen[neighbours] = True
+        total += int(neighbours.size)
+        frontier = neighbours
+    return np.flatnonzero(chosen)
 
 
 def _end(problem: ResourceProblem, member_starts: IntArray, members: IntArray) -> int:
@@ -210,20 +263,20 @@ def _solve(
     completion = problem.completion
     for i in free_list:
         latest = horizon - int(completion[i])
-        variables[i] = model.NewIntVar(int(heads[i]), max(latest, int(heads[i])), f"x{i}")
+        variables[i] = model.new_int_var(int(heads[i]), max(latest, int(heads[i])), f"x{i}")
     # Resource intervals: free uses as variables, other uses on touched resources as constants.
     use_of_free = is_free[problem.use_transfers]
     touched = np.unique(problem.use_resources[use_of_free])
     on_touched = np.isin(problem.use_resources, touched)
     fixed_rows = np.flatnonzero(on_touched & ~use_of_free)
     free_rows = np.flatnonzero(use_of_free)
-    per_resource: dict[int, list[object]] = {int(r): [] for r in touched.tolist()}
+    per_resource: dict[int, list[Any]] = {int(r): [] for r in touched.tolist()}
     for row in free_rows.tolist():
         i = int(problem.use_transfers[row])
         offset = int(problem.use_offsets[row])
         length = int(durations[i])
         per_resource[int(problem.use_resources[row])].append(
-            model.NewFixedSizeIntervalVar(variables[i] + offset, length, f"u{row}")
+            model.new_fixed_size_interval_var(variables[i] + offset, length, f"u{row}")
         )
     if fixed_rows.size:
         fixed_resource = problem.use_resources[fixed_rows]
@@ -231,10 +284,12 @@ def _solve(
         fixed_end = fixed_begin + durations[problem.use_transfers[fixed_rows]]
         merged = _merge(fixed_resource, fixed_begin, fixed_end)
         for resource, begin, end in merged:
-            per_resource[resource].append(model.NewFixedSizeIntervalVar(begin, end - begin, "f"))
+            per_resource[resource].append(
+                model.new_fixed_size_interval_var(begin, end - begin, "f")
+            )
     for intervals in per_resource.values():
         if len(intervals) > 1:
-            model.AddNoOverlap(intervals)  # type: ignore[arg-type]
+            model.add_no_overlap(intervals)
     # Dependencies among free transfers (fixed ones became bounds in ``heads``/``latest``).
     if problem.dependency_before.size:
         before = problem.dependency_before
@@ -244,7 +299,7 @@ def _solve(
         for b, a, d in zip(
             before[both].tolist(), after[both].tolist(), delay[both].tolist(), strict=True
         ):
-            model.Add(variables[a] >= variables[b] + d)
+            model.add(variables[a] >= variables[b] + d)
         # A free transfer must also finish early enough for its fixed successors.
         into_fixed = is_free[before] & ~is_free[after]
         for b, a, d in zip(
@@ -253,23 +308,23 @@ def _solve(
             delay[into_fixed].tolist(),
             strict=True,
         ):
-            model.Add(variables[b] <= int(starts[a]) - d)
+            model.add(variables[b] <= int(starts[a]) - d)
     # Only the free transfers count: fixed ones elsewhere may end later and are fixed anyway.
-    makespan = model.NewIntVar(min(target, horizon), horizon, "makespan")
+    makespan = model.new_int_var(min(target, horizon), horizon, "makespan")
     for i in free_list:
-        model.Add(makespan >= variables[i] + int(completion[i]))
-        model.AddHint(variables[i], int(starts[i]))
-    model.Minimize(makespan)
+        model.add(makespan >= variables[i] + int(completion[i]))
+        model.add_hint(variables[i], int(starts[i]))
+    model.minimize(makespan)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_deterministic_time = max(limit, 0.001)
     solver.parameters.max_time_in_seconds = max(remaining, 0.01)
-    status = solver.Solve(model)
+    status = solver.solve(model)
     spent = float(solver.deterministic_time)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return _Outcome(None, False, spent)
-    found = np.asarray([solver.Value(variables[i]) for i in free_list], dtype=np.int64)
+    found = np.asarray([solver.value(variables[i]) for i in free_list], dtype=np.int64)
     return _Outcome(found, status == cp_model.OPTIMAL, spent)
 
 

@@ -1,7 +1,8 @@
 """JSON formats for exchange phases (snapshots) and their schedules.
 
-Both formats are plain JSON so that a program other than ours can schedule a snapshot or check
-a schedule. Integers are JSON numbers; byte addresses are decimal.
+Both formats are plain JSON (gzip-compressed when the file name ends in ``.gz``) so that a
+program other than ours can schedule a snapshot or check a schedule. Integers are JSON numbers;
+byte addresses are decimal.
 
 **Snapshot** (``ipu-stack gemm ... --export-exchange-snapshot PATH`` writes one)::
 
@@ -54,6 +55,7 @@ a schedule. Integers are JSON numbers; byte addresses are decimal.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -75,7 +77,24 @@ SCHEDULE_FORMAT = "ipu-stack-exchange-schedule"
 VERSION = 1
 
 
-def snapshot_document(phases: Iterable[tuple[int, ExchangePhase]], tile_count: int) -> dict[str, Any]:
+def _read_text(path: str | Path) -> str:
+    """A file's text; ``.gz`` files are decompressed."""
+    data = Path(path).read_bytes()
+    if str(path).endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.decode("utf-8")
+
+
+def _write_text(path: str | Path, text: str) -> None:
+    data = text.encode("utf-8")
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    Path(path).write_bytes(data)
+
+
+def snapshot_document(
+    phases: Iterable[tuple[int, ExchangePhase]], tile_count: int
+) -> dict[str, Any]:
     """The snapshot of phases as a JSON-ready dict.
 
     Args:
@@ -113,7 +132,7 @@ def write_snapshot(
 ) -> None:
     """Write a snapshot file (see the module docstring)."""
     text = json.dumps(snapshot_document(phases, tile_count), separators=(",", ":"))
-    Path(path).write_text(text + "\n", encoding="utf-8")
+    _write_text(path, text + "\n")
 
 
 def read_snapshot(path: str | Path) -> tuple[int, list[tuple[int, ExchangePhase]]]:
@@ -129,10 +148,10 @@ def read_snapshot(path: str | Path) -> tuple[int, list[tuple[int, ExchangePhase]
         PackageError: naming the phase and transfer of the first problem (exit status 2).
     """
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(_read_text(path))
     except OSError as err:
         raise PackageError(f"cannot read snapshot {path}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
         raise PackageError(f"snapshot {path} is not JSON: {err}") from None
     return parse_snapshot(document)
 
@@ -163,7 +182,8 @@ def parse_snapshot(document: object) -> tuple[int, list[tuple[int, ExchangePhase
         if not isinstance(transfers_value, list):
             raise PackageError(f"{where}: 'transfers' must be a list")
         transfers = tuple(
-            _transfer(item, f"{where} transfer {index}") for index, item in enumerate(transfers_value)
+            _transfer(item, f"{where} transfer {index}")
+            for index, item in enumerate(transfers_value)
         )
         phase = ExchangePhase(transfers, tile_count)
         try:
@@ -251,7 +271,7 @@ def write_schedule(
 ) -> None:
     """Write a schedule file (see the module docstring)."""
     text = json.dumps(schedule_document(schedules, model), separators=(",", ":"))
-    Path(path).write_text(text + "\n", encoding="utf-8")
+    _write_text(path, text + "\n")
 
 
 def read_schedule(path: str | Path) -> dict[int, PhaseSchedule]:
@@ -261,10 +281,10 @@ def read_schedule(path: str | Path) -> dict[int, PhaseSchedule]:
         PackageError: if the file is not a schedule document.
     """
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(_read_text(path))
     except OSError as err:
         raise PackageError(f"cannot read schedule {path}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
         raise PackageError(f"schedule {path} is not JSON: {err}") from None
     try:
         model = ExchangeModel(**document["model"])

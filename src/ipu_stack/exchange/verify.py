@@ -164,13 +164,15 @@ def verify_schedule(
             f"[{int(receive_begin[b])}, {int(receive_stop[b])})"
         )
     if not model.full_duplex:
+        # One port per tile; a paired piece reserves its source partner's port once.
+        received = slice(0, receivers.size)
         clash = _first_overlap(
-            np.concatenate((send_tiles, receive_tiles)),
-            np.concatenate((send_begin, receive_begin)),
-            np.concatenate((send_stop, receive_stop)),
+            np.concatenate((send_tiles, receive_tiles[received])),
+            np.concatenate((send_begin, receive_begin[received])),
+            np.concatenate((send_stop, receive_stop[received])),
         )
         if clash is not None:
-            tiles = np.concatenate((send_tiles, receive_tiles))
+            tiles = np.concatenate((send_tiles, receive_tiles[received]))
             raise ScheduleError(
                 f"tile {int(tiles[clash[1]])} sends and receives at once without full duplex"
             )
