@@ -41,8 +41,8 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import struct
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,8 +157,10 @@ class Package:
         """
         blob = self.to_bytes()
         target = Path(path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            # os.open with 0o666 keeps the user's umask (mkstemp would make the file 0600).
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except OSError as err:
             raise PackageError(f"cannot write {target}: {err.strerror or err}") from None
         try:
@@ -168,7 +170,7 @@ class Package:
                 os.fsync(f.fileno())
             os.replace(tmp, target)
         except BaseException as err:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             if isinstance(err, OSError):
                 raise PackageError(f"cannot write {target}: {err.strerror or err}") from None
             raise
