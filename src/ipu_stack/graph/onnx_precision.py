@@ -17,7 +17,7 @@ from onnx import TensorProto, numpy_helper
 from ipu_stack.errors import GraphError
 
 ELEM_OF = {"f16": TensorProto.FLOAT16, "f32": TensorProto.FLOAT}
-NUMPY_OF = {"f16": np.float16, "f32": np.float32}
+NUMPY_OF: dict[str, type[np.generic]] = {"f16": np.float16, "f32": np.float32}
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
 
 
