@@ -30,10 +30,12 @@ class Trace:
 
     events: list[dict[str, Any]] = field(default_factory=list)
     phases: list[dict[str, Any]] = field(default_factory=list)
+    quiet: bool = False  # record without logging (a worker whose parent logs the events)
 
     def event(self, message: str, **fields: Any) -> None:
         self.events.append({"event": message, **fields})
-        LOGGER.info("%s %s", message, " ".join(f"{k}={_format(v)}" for k, v in fields.items()))
+        if not self.quiet:
+            LOGGER.info("%s %s", message, " ".join(f"{k}={_format(v)}" for k, v in fields.items()))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -94,7 +94,8 @@ def gather(
         # A tile appears once per multicast; repeated wants of one source go in later sends.
         while dests:
             seen: set[int] = set()
-            now, later = [], []
+            now: list[tuple[int, Ref]] = []
+            later: list[tuple[int, Ref]] = []
             for d in dests:
                 (later if d[0] in seen else now).append(d)
                 seen.add(d[0])

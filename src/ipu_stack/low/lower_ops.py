@@ -200,7 +200,9 @@ def lower_map(ctx: OpLowering, op: Operation) -> list[Shard]:
     anchor = next((v for v in ins if v.shape == out.shape), None) if op.kind != "cast" else ins[0]
     anchor_shards = None if op.name in ctx.row_tiles else _anchor_layout(ctx, op, anchor, full_rows)
     if anchor_shards is not None:
-        layout = [(sh.tile, sh.rows, sh.cols, sh) for sh in anchor_shards]
+        layout: list[tuple[int, tuple[int, int], tuple[int, int], Shard | None]] = [
+            (sh.tile, sh.rows, sh.cols, sh) for sh in anchor_shards
+        ]
     else:
         tiles = ctx.row_tiles.get(op.name, ctx.tiles)
         layout = [(t, (r0, r1), (0, c), None) for t, r0, r1 in row_partition(n, tiles)]
@@ -340,7 +342,10 @@ def lower_transpose(ctx: OpLowering, op: Operation) -> list[Shard]:
             src_idx = [None] * (rank - 1)
             for i, p in enumerate(perm[:-1]):
                 src_idx[p] = idx[i]
-            rows = np.ravel_multi_index(tuple(src_idx), src.shape[:-1])  # type: ignore[arg-type]
+            rows = np.asarray(
+                np.ravel_multi_index(tuple(src_idx), src.shape[:-1]),  # type: ignore[arg-type]
+                dtype=np.int64,
+            ).reshape(-1)
             return [
                 GatherRequest(tile, ref.at(pos * stride), stride, (s, s + cnt), (0, src.shape[-1]))
                 for s, cnt, pos in row_runs(rows)

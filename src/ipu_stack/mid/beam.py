@@ -153,14 +153,14 @@ def beam_search(
                     br.exchange_row_bytes + cand.footprint.exchange_row_bytes,
                 )
                 nb.choices[op.name] = cand
-                for v, need in zip(op.inputs, cand.input_formats, strict=True):
+                for v, wanted in zip(op.inputs, cand.input_formats, strict=True):
                     have = br.formats.get(v)
                     value = graph.value(v)
-                    if need is None or have is None or have == need:
+                    if wanted is None or have is None or have == wanted:
                         continue
                     producer = graph.producer(v)
-                    cost = 0 if cand.family == "gemm" else conversion_cycles(need)
-                    kind = "cast" if have.precision != need.precision else "rearrange"
+                    cost = 0 if cand.family == "gemm" else conversion_cycles(wanted)
+                    kind = "cast" if have.precision != wanted.precision else "rearrange"
                     nb.conversions.append(
                         Conversion(
                             kind,

@@ -11,7 +11,10 @@ compile_kernels  preflight + popc (or check-only without an SDK) through the ker
 from __future__ import annotations
 
 import gc
+import multiprocessing as mp
+import os
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -29,14 +32,17 @@ from ipu_stack.kernels.toolchain import Toolchain
 from ipu_stack.low.lower import lower_program
 from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
-from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, lower_mid
+from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
 from ipu_stack.place.assign import Placement, physical_phase, place_program
-from ipu_stack.target.ipu21 import TILES
+from ipu_stack.place.mapping import screen_mappings
+from ipu_stack.target.ipu21 import SYNC_CYCLES, TILES
 from ipu_stack.trace import Trace
 
 LARGE_PHASE_TRANSFERS = 1000
 EXCHANGE_TARGET_GAP = 0.01  # stop improving an exchange schedule within 1% of its bound
 CAPACITY_SCALES = (1.0, 0.85, 0.7)
+MAX_FINALIST_WORKERS = 4
+FINALIST_EXCHANGE_BUDGET = 0.2  # seconds per phase while comparing finalists
 
 
 @dataclass(slots=True)
@@ -113,61 +119,27 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
 
         raise GraphError(f"--tiles must be between 1 and {TILES}, got {config.tiles}")
     graph.verify()
+    selected: Evaluated | None = None
     error: PlanError | None = None
     for scale in CAPACITY_SCALES:
         # A tighter memory model on retry leaves room for allocator losses.
         with trace.phase("lower_mid"):
-            finalists = lower_mid(graph, config.tiles, config.finalists, config.beam_width,
-                                  trace, scale)
-        for finalist in finalists:
-            plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations
-                     if op.kind == "gemm"}
-            with trace.phase("lower"):
-                program = lower_program(graph, plans, config.tiles, finalist.row_tiles)
-            try:
-                with trace.phase("place"):
-                    placement = place_program(program)
-                error = None
-                break
-            except PlanError as err:
-                error = err
-                trace.event("placement failed; trying the next finalist",
-                            finalist=finalist.index, reason=str(err).splitlines()[0])
-        if error is None:
+            finalists = lower_mid(
+                graph, config.tiles, config.finalists, config.beam_width, trace, scale
+            )
+        with trace.phase("select_finalist"):
+            selected, error = _select_finalist(graph, finalists, config, trace)
+        if selected is not None:
             break
-    if error is not None:
+    if selected is None:
+        assert error is not None
         raise error
-    program.finalist = finalist.fields()
+    program, placement, schedules = selected.program, selected.placement, selected.schedules
+    program.finalist = selected.finalist.fields()
+    plans = selected.plans
     for op in graph.operations:
         if op.name in program.plans:
             trace.event("selected gemm plan", operation=op.name, **_flat(program.plans[op.name]))
-    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
-    with trace.phase("schedule_exchange"):
-        for index, step in enumerate(program.steps):
-            if not isinstance(step, ExchangeStep):
-                continue
-            phase = physical_phase(step, placement)
-            large = len(phase.transfers) > LARGE_PHASE_TRANSFERS
-            if large:
-                trace.event(
-                    "prepared large physical exchange phase",
-                    phase=index,
-                    transfers=len(phase.transfers),
-                    maximum_identical_destinations=maximum_identical_destinations(phase),
-                )
-            # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
-            report = optimize_phase(
-                phase, time_budget=config.exchange_time_budget, target_gap=EXCHANGE_TARGET_GAP
-            )
-            schedule = report.schedule
-            verify_schedule(phase, schedule)  # independent of the scheduler
-            if large:
-                trace.event("optimized physical exchange schedule", phase=index,
-                            **report.log_fields())
-                tile, row_words = exchange_row_words(phase, schedule)
-                trace.event("finished large physical exchange phase", phase=index, tile=tile,
-                            row_words=row_words, horizon=schedule.horizon)
-            schedules[index] = (phase, schedule)
     trace.event(
         "lowered graph for package construction",
         logical_shards=sum(len(b.shards) for b in program.bindings),
@@ -182,6 +154,184 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
         with trace.phase("compile_kernels"):
             kernels = compile_kernels(units, Toolchain.discover(config.kernel_sdk), trace=trace)
     return Build(graph, program, placement, schedules, trace, plans, kernels)
+
+
+@dataclass(slots=True)
+class Evaluated:
+    """A finalist lowered, mapped, placed and physically scheduled."""
+
+    finalist: Finalist
+    program: LowProgram
+    placement: Placement
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]]
+    plans: dict[int, GemmPlan]
+    refined_cycles: int
+
+
+def _select_finalist(
+    graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig, trace: Trace
+) -> tuple[Evaluated | None, PlanError | None]:
+    """Evaluate the finalists physically; keep the one with the fewest refined cycles.
+
+    Past the logged finalists come leaner fallbacks: they are tried only if no finalist
+    could be placed.
+    """
+    error: PlanError | None = None
+    head = finalists[: config.finalists]
+    winner: tuple[int, Finalist] | None = None
+    for finalist, refined, events, err in _evaluate_all(graph, head, config):
+        for event in events:  # replayed in finalist order: the trace stays deterministic
+            trace.event(str(event.pop("event")), **event)
+        if err is not None:
+            error = err
+            trace.event(
+                "placement failed; trying the next finalist",
+                finalist=finalist.index,
+                reason=str(err).splitlines()[0],
+            )
+        elif refined is not None and (winner is None or refined < winner[0]):
+            winner = (refined, finalist)
+    candidates = [winner[1]] if winner else finalists[config.finalists :]
+    for finalist in candidates:  # the winner, or else the leaner fallbacks in turn
+        try:
+            # Finalists were compared on quick schedules; the one kept gets the full budget,
+            # and every schedule it keeps is verified.
+            best = _evaluate(
+                graph, finalist, config, Trace(quiet=True), config.exchange_time_budget, True, trace
+            )
+        except PlanError as err:
+            error = err
+            continue
+        trace.event(
+            "selected physically scheduled operator-plan finalist",
+            selected=best.finalist.index,
+            mapped=best.placement.mapped,
+        )
+        return best, None
+    return None, error
+
+
+_WORK: tuple[ComputeGraph, list[Finalist], BuildConfig] | None = None
+
+
+def _evaluate_child(index: int) -> tuple[int | None, list[dict[str, object]], PlanError | None]:
+    """Refined cycles of one finalist (only numbers travel back from a worker)."""
+    assert _WORK is not None
+    graph, finalists, config = _WORK
+    trace = Trace(quiet=True)
+    try:
+        evaluated = _evaluate(graph, finalists[index], config, trace, FINALIST_EXCHANGE_BUDGET)
+        return evaluated.refined_cycles, trace.events, None
+    except PlanError as err:
+        return None, trace.events, err
+
+
+def _evaluate_all(
+    graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig
+) -> list[tuple[Finalist, int | None, list[dict[str, object]], PlanError | None]]:
+    """Evaluate finalists, in parallel worker processes when there are several and fork is
+    available (each worker inherits the graph and finalists; only results travel back)."""
+    global _WORK
+    _WORK = (graph, finalists, config)
+    try:
+        workers = min(len(finalists), os.cpu_count() or 1, MAX_FINALIST_WORKERS)
+        if workers > 1 and "fork" in mp.get_all_start_methods():
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+                results = list(pool.map(_evaluate_child, range(len(finalists))))
+        else:
+            results = [_evaluate_child(i) for i in range(len(finalists))]
+    finally:
+        _WORK = None
+    return [(f, *r) for f, r in zip(finalists, results, strict=True)]
+
+
+def _evaluate(
+    graph: ComputeGraph,
+    finalist: Finalist,
+    config: BuildConfig,
+    trace: Trace,
+    exchange_budget: float,
+    verify: bool = False,
+    schedule_trace: Trace | None = None,
+) -> Evaluated:
+    """Lower, map, place and schedule one finalist; refined cycles use its schedules."""
+    plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations if op.kind == "gemm"}
+    program = lower_program(graph, plans, config.tiles, finalist.row_tiles)
+    mapping = screen_mappings(program)
+    trace.event(
+        "screened tile mappings by exchange resource load",
+        candidates=mapping.candidates,
+        baseline_cycles=mapping.baseline_cycles,
+        candidate_cycles=mapping.candidate_cycles,
+        baseline_pressure=mapping.baseline_pressure,
+        candidate_pressure=mapping.candidate_pressure,
+    )
+    analytical = finalist.branch.cycles
+    analytical_exchange = finalist.branch.exchange_cycles
+    trace.event(
+        "modelled expanded operator plan",
+        finalist=finalist.index,
+        modelled_cycles=program.estimated_cycles,
+        estimated_cycles=analytical,
+        estimated_exchange_cycles=analytical_exchange,
+    )
+    placement = place_program(program, mapping.physical)
+    placement.mapped = mapping.mapped
+    schedules = _schedule(program, placement, exchange_budget, schedule_trace, verify)
+    scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
+    refined = analytical - analytical_exchange + scheduled
+    trace.event(
+        "scheduled operator-plan finalist",
+        finalist=finalist.index,
+        mapped=mapping.mapped,
+        analytical_cycles=analytical,
+        analytical_exchange_cycles=analytical_exchange,
+        scheduled_exchange_cycles=scheduled,
+        refined_cycles=refined,
+    )
+    return Evaluated(finalist, program, placement, schedules, plans, refined)
+
+
+def _schedule(
+    program: LowProgram,
+    placement: Placement,
+    time_budget: float,
+    trace: Trace | None,
+    verify: bool = True,
+) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
+    """Schedule and verify every exchange step of a placed program (logged when traced)."""
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
+    for index, step in enumerate(program.steps):
+        if not isinstance(step, ExchangeStep):
+            continue
+        phase = physical_phase(step, placement)
+        large = trace is not None and len(phase.transfers) > LARGE_PHASE_TRANSFERS
+        if large:
+            assert trace is not None
+            trace.event(
+                "prepared large physical exchange phase",
+                phase=index,
+                transfers=len(phase.transfers),
+                maximum_identical_destinations=maximum_identical_destinations(phase),
+            )
+        # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
+        report = optimize_phase(phase, time_budget=time_budget, target_gap=EXCHANGE_TARGET_GAP)
+        schedule = report.schedule
+        if verify:
+            verify_schedule(phase, schedule)  # independent of the scheduler
+        if large:
+            assert trace is not None
+            trace.event("optimized physical exchange schedule", phase=index, **report.log_fields())
+            tile, row_words = exchange_row_words(phase, schedule)
+            trace.event(
+                "finished large physical exchange phase",
+                phase=index,
+                tile=tile,
+                row_words=row_words,
+                horizon=schedule.horizon,
+            )
+        schedules[index] = (phase, schedule)
+    return schedules
 
 
 def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:

@@ -34,6 +34,7 @@ class Placement:
     physical: np.ndarray  # logical tile -> physical tile id
     allocations: list[dict[str, Allocation]]  # by logical tile
     peaks: dict[str, int]
+    mapped: bool = False  # a screened relabelling replaced the baseline C600 map
 
     def address(self, tile: int, ref: Ref) -> int:
         return self.allocations[tile][ref.buffer].address + ref.offset
@@ -66,7 +67,7 @@ def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, in
     return {k: (v[0], v[1]) for k, v in seen.items()}
 
 
-def place_program(program: LowProgram) -> Placement:
+def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Placement:
     """Allocate every buffer; dead buffers' bytes are reused by later ones.
 
     Raises:
@@ -106,7 +107,8 @@ def place_program(program: LowProgram) -> Placement:
         allocations[tile] = {
             r.name: Allocation(r.name, addresses[r.name], r.size, r.live) for r in requests
         }
-    physical = np.asarray(logical_to_physical(np.arange(program.tile_count)), dtype=np.int64)
+    if physical is None:
+        physical = np.asarray(logical_to_physical(np.arange(program.tile_count)), dtype=np.int64)
     return Placement(physical, allocations, peaks)
 
 

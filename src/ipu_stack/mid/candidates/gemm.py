@@ -100,9 +100,10 @@ def gemm_candidates(
         penalty = 0
         if plan.left_mode == "moved" and producer_fmt is not None:
             width = producer_fmt.layout.tiling[1].block
-            if plan.k_block != width and plan.k_block < problem.k:
-                # one fragment per row of the left block
-                penalty = plan.row_block * plan.batch_block * EXCHANGE_FRAGMENT_CYCLES
+            if plan.k_step != width and plan.k_step < problem.k:
+                # one fragment per row of the left block and K step
+                fragments = plan.row_block * plan.batch_block * plan.k_steps
+                penalty = fragments * EXCHANGE_FRAGMENT_CYCLES
         left, right, result = _formats(plan, problem)
         needs = []
         for mode, fmt in ((plan.left_mode, left), (plan.right_mode, right)):

@@ -63,7 +63,7 @@ def pointwise_candidates(
     for t in tile_choices(tiles, n):
         fmt = row_layout_format(out.dtype, n, c, t)
         rows = fmt.layout.tiling[0].block
-        needs = []
+        needs: list[TensorFormat | None] = []
         words = 0
         for v in ins:
             if v.kind == "parameter" or v.shape != out.shape:
