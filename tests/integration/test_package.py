@@ -10,7 +10,7 @@ import pytest
 
 import ipu_stack
 from ipu_stack import BuildConfig, ComputeGraph, Package, Session, SimDevice, build_package
-from ipu_stack.errors import GraphError, PackageError
+from ipu_stack.errors import GraphError, PackageError, SimulationError
 from ipu_stack.graph.compute_graph import evaluate_reference
 from ipu_stack.graph.onnx_import import import_onnx
 from ipu_stack.package.assemble import assemble_package
@@ -260,3 +260,43 @@ def test_failed_save_leaves_no_file(mlp2, tmp_path, monkeypatch):
     with pytest.raises(PackageError, match="No space left"):
         package.save(tmp_path / "m.ipuexe")
     assert list(tmp_path.iterdir()) == []
+
+
+def _dead_allocation(package: Package):
+    """(step, call position, allocation) where the allocation's start is live in no buffer."""
+    alloc = package.table("allocations")
+    for index, step in enumerate(package.manifest["program"]["steps"]):
+        if step["kind"] != "compute":
+            continue
+        for position, call in enumerate(step["calls"]):
+            if call[0] != "gemm":
+                continue
+            mine = alloc[alloc[:, 0] == call[1]]
+            live = mine[(mine[:, 3] <= index) & (index < mine[:, 4])]
+            for i in np.flatnonzero(alloc[:, 0] == call[1]).tolist():
+                start = alloc[i, 1]
+                inside = (live[:, 1] <= start) & (start < live[:, 1] + live[:, 2])
+                if not alloc[i, 3] <= index < alloc[i, 4] and not inside.any():
+                    return index, position, i
+    raise AssertionError("no allocation is dead at a gemm call")
+
+
+def test_session_does_not_trust_program_addresses(mlp2):
+    *_, package = mlp2
+    index, position, dead = _dead_allocation(package)
+    call = package.manifest["program"]["steps"][index]["calls"][position]
+
+    def point_out_at(address):
+        def edit(m):
+            m["program"]["steps"][index]["calls"][position][2] = address
+
+        return Package.from_bytes(_edited(package, edit))
+
+    with pytest.raises(PackageError, match=f"step {index} gemm call: tile {call[1]} address"):
+        Session().load(point_out_at(0xE7000))  # inside tile memory, in no allocation
+    # An allocation that is not live at this step: the simulator reports the lifetime.
+    name = package.manifest["allocation_names"][dead]
+    session = Session().load(point_out_at(int(package.table("allocations")[dead, 1])))
+    session.initialize()
+    with pytest.raises(SimulationError, match=f"uses '{name}' outside its lifetime"):
+        session.run({"x": np.zeros((64, 128), np.float16)})

@@ -47,6 +47,7 @@ from ipu_stack.low.program import (
     View,
 )
 from ipu_stack.package.format import Package, element_bytes, flat_rows
+from ipu_stack.package.validate import validate
 from ipu_stack.place.assign import Allocation, Placement
 from ipu_stack.runtime.sim import RunResult, SimDevice
 from ipu_stack.target import ipu21
@@ -302,12 +303,16 @@ class Session:
     profile: StepProfile | None = None
 
     def load(self, package: Package | str | os.PathLike[str]) -> Session:
-        """Load (and, for a path, validate) a package; returns the session.
+        """Validate and load a package (or a package file); returns the session.
 
         Raises:
             PackageError: the file is invalid (see :meth:`Package.load`).
         """
-        self.package = package if isinstance(package, Package) else Package.load(package)
+        if isinstance(package, Package):
+            validate(package)  # an in-memory package gets the checks a file gets
+            self.package = package
+        else:
+            self.package = Package.load(package)
         self.executable = executable_program(self.package)
         self.device.check_allocations(self.executable.placement)
         self.weights = None
