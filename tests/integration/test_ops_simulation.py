@@ -90,3 +90,34 @@ def test_misaligned_f16_slice_is_a_clear_error():
     g.set_outputs(g.slice(x, [1], [6], [1]))
     with pytest.raises(GraphError, match="inside a 32-bit word"):
         build(g, BuildConfig(tiles=2))
+
+
+def test_build_trace_has_the_seed_events_and_refined_cycles_formula():
+    g = ComputeGraph()
+    x = g.host_input("x", (128, 64), "f16")
+    h = g.gelu(g.gemm(x, g.parameter("w1", (64, 256), "f16")))
+    g.set_outputs(g.gemm(h, g.parameter("w2", (256, 64), "f16")))
+    built, _ = check(g, tiles=256)
+    events = built.trace.events
+    names = {e["event"] for e in events}
+    for needed in (
+        "retained operator-plan finalist",
+        "screened tile mappings by exchange resource load",
+        "modelled expanded operator plan",
+        "scheduled operator-plan finalist",
+        "selected physically scheduled operator-plan finalist",
+        "lowered graph for package construction",
+        "package build phase finished",
+    ):
+        assert needed in names, needed
+    scheduled = [e for e in events if e["event"] == "scheduled operator-plan finalist"]
+    for e in scheduled:
+        assert e["refined_cycles"] == (
+            e["analytical_cycles"]
+            - e["analytical_exchange_cycles"]
+            + e["scheduled_exchange_cycles"]
+        )
+    selected = next(
+        e for e in events if e["event"] == "selected physically scheduled operator-plan finalist"
+    )
+    assert min(scheduled, key=lambda e: e["refined_cycles"])["finalist"] == selected["selected"]
