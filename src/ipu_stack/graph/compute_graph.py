@@ -7,7 +7,7 @@ fails at the line that builds it, with a message naming the operation and its op
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,7 @@ class ComputeGraph:
     values: list[Value] = field(default_factory=list)
     operations: list[Operation] = field(default_factory=list)
     outputs: tuple[int, ...] = ()
+    prefix: str = ""  # prepended to generated names (loop bodies use "<repeat>/")
 
     # -- construction -----------------------------------------------------------------------
     def _new_value(self, name: str, shape: Sequence[int], dtype: str, kind: str) -> Value:
@@ -130,7 +131,7 @@ class ComputeGraph:
         name: str | None,
         **attrs: Any,
     ) -> Value:
-        op_name = name or f"{kind}{len(self.operations)}"
+        op_name = name or f"{self.prefix}{kind}{len(self.operations)}"
         out = self._new_value(f"{op_name}.out", shape, dtype, "operation")
         self.operations.append(
             Operation(
@@ -145,7 +146,7 @@ class ComputeGraph:
         return out
 
     def _name(self, kind: str, name: str | None) -> str:
-        return name or f"{kind}{len(self.operations)}"
+        return name or f"{self.prefix}{kind}{len(self.operations)}"
 
     def _same_dtype(self, op_name: str, *vs: Value) -> str:
         dtypes = {v.dtype for v in vs}
@@ -358,6 +359,63 @@ class ComputeGraph:
             raise GraphError(f"{op_name}: unknown precision {dtype!r}; supported: {known}")
         return self._op("cast", (x,), x.shape, dtype, op_name)
 
+    def repeat(
+        self,
+        count: int,
+        carried: Value,
+        invariants: Sequence[Value],
+        iterated: Sequence[Value],
+        body: Callable[[ComputeGraph, Value, list[Value], list[Value]], Value],
+        name: str | None = None,
+    ) -> Value:
+        """A structured loop, lowered once: ``carried = body(g, carried, invariants, slices)``
+        ``count`` times, where ``slices[j]`` is ``iterated[j][i]`` in iteration ``i``.
+
+        ``body`` builds the loop body in the sub-graph ``g`` it is given (from stand-ins for
+        its arguments) and returns the new carried value, which must keep the carried shape
+        and precision. Iterated values are parameters with a leading axis of ``count``.
+        """
+        op_name = self._name("repeat", name)
+        carried = self._check(carried)
+        if count < 1:
+            raise GraphError(f"{op_name}: count must be >= 1, got {count}")
+        sub = ComputeGraph(prefix=f"{op_name}/")
+        c_in = sub.host_input(f"{op_name}/carried", carried.shape, carried.dtype)
+        inv_in = []
+        for j, v in enumerate(invariants):
+            v = self._check(v)
+            make = sub.parameter if v.kind == "parameter" else sub.host_input
+            inv_in.append(make(f"{op_name}/invariant{j}", v.shape, v.dtype))
+        it_in = []
+        for j, v in enumerate(iterated):
+            v = self._check(v)
+            if v.kind != "parameter" or len(v.shape) < 2 or v.shape[0] != count:
+                raise GraphError(
+                    f"{op_name}: iterated value {v.name!r} {v.shape} must be a parameter with a "
+                    f"leading axis of {count}"
+                )
+            it_in.append(sub.parameter(f"{op_name}/iterated{j}", v.shape[1:], v.dtype))
+        result = body(sub, c_in, inv_in, it_in)
+        if not isinstance(result, Value) or (result.shape, result.dtype) != (
+            carried.shape, carried.dtype
+        ):
+            raise GraphError(
+                f"{op_name}: the body must return a value of the carried shape {carried.shape} "
+                f"and precision {carried.dtype}"
+            )
+        sub.set_outputs(result)
+        sub.verify()
+        return self._op(
+            "repeat",
+            (carried, *invariants, *iterated),
+            carried.shape,
+            carried.dtype,
+            op_name,
+            count=int(count),
+            invariants=len(invariants),
+            body=sub,
+        )
+
     def set_outputs(self, *values: Value) -> None:
         """Mark the values the host reads after a run."""
         if not values:
@@ -449,8 +507,22 @@ def evaluate_reference(graph: ComputeGraph, feeds: dict[str, np.ndarray]) -> dic
             env[v.id] = np.asarray(feeds[v.name], dtype=np.float64)
     for op in graph.operations:
         args = [env[i] for i in op.inputs]
+        if op.kind == "repeat":
+            env[op.output] = _reference_repeat(op, args)
+            continue
         if op.kind == "view":
             env[op.output] = args[0].reshape(graph.value(op.output).shape)
         else:
             env[op.output] = reference_op(op, args)
     return {graph.value(i).name: env[i] for i in graph.outputs}
+
+
+def _reference_repeat(op: Operation, args: list[np.ndarray]) -> np.ndarray:
+    sub: ComputeGraph = op.attr("body")
+    n_inv = op.attr("invariants")
+    carried, invariants, iterated = args[0], args[1 : 1 + n_inv], args[1 + n_inv :]
+    names = [v.name for v in sub.values if v.kind != "operation"]
+    for i in range(op.attr("count")):
+        feeds = dict(zip(names, [carried, *invariants, *(a[i] for a in iterated)], strict=True))
+        carried = next(iter(evaluate_reference(sub, feeds).values()))
+    return carried

@@ -83,7 +83,6 @@ def lower_program(
         plans: the chosen plan of each operation, by operation id.
         tile_count: the number of tiles available.
         row_tiles: operations the plan puts in whole-row layouts, with their tile counts.
-        row_tiles: operations the plan puts in whole-row layouts, with their tile counts.
 
     Returns:
         The program over logical tiles, with host bindings for inputs, parameters, outputs.
@@ -94,22 +93,7 @@ def lower_program(
     value_shards: dict[int, list[Shard]] = {}
     ctx = OpLowering(graph, builder, tile_count, value_shards, host_shards)
     ctx.row_tiles.update(row_tiles or {})
-    estimates: dict[str, int] = {}
-    for op in graph.operations:
-        if op.kind == "gemm":
-            precision = lookup_precision(graph.value(op.left).dtype)
-            value_shards[op.output] = lower_gemm(
-                graph, op, plans[op.id], precision, builder, host_shards, value_shards
-            )
-            for vid in op.inputs:  # host inputs this gemm delivered are homed there now
-                if graph.value(vid).kind == "host_input" and vid not in value_shards:
-                    value_shards[vid] = list(host_shards[vid])
-            estimates[op.name] = plans[op.id].estimated_cycles
-        elif op.kind in LOWERINGS:
-            value_shards[op.output] = LOWERINGS[op.kind](ctx, op)
-            estimates[op.name] = step_estimate(*ctx.costs[op.name])
-        else:
-            raise GraphError(f"{op.name}: operation kind {op.kind!r} cannot be lowered yet")
+    estimates = lower_operations(ctx, plans)
     bindings = []
     for v in graph.values:
         if v.kind in ("host_input", "parameter"):
@@ -151,6 +135,33 @@ def lower_program(
         estimated_exchange_cycles=sum(p.exchange_cycles for p in chosen),
         plans={op.name: plans[op.id].describe() for op in graph.operations if op.kind == "gemm"},
     )
+
+
+def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, int]:
+    """Lower every operation of ``ctx.graph`` into ``ctx.builder``; returns per-op estimates."""
+    graph, builder = ctx.graph, ctx.builder
+    host_shards, value_shards = ctx.host_shards, ctx.value_shards
+    estimates: dict[str, int] = {}
+    for op in graph.operations:
+        if op.kind == "gemm":
+            precision = lookup_precision(graph.value(op.left).dtype)
+            value_shards[op.output] = lower_gemm(
+                graph, op, plans[op.id], precision, builder, host_shards, value_shards
+            )
+            for vid in op.inputs:  # host inputs this gemm delivered are homed there now
+                if graph.value(vid).kind == "host_input" and vid not in value_shards:
+                    value_shards[vid] = list(host_shards[vid])
+            estimates[op.name] = plans[op.id].estimated_cycles
+        elif op.kind == "repeat":
+            from ipu_stack.low.lower_repeat import lower_repeat
+
+            value_shards[op.output], estimates[op.name] = lower_repeat(ctx, op)
+        elif op.kind in LOWERINGS:
+            value_shards[op.output] = LOWERINGS[op.kind](ctx, op)
+            estimates[op.name] = step_estimate(*ctx.costs[op.name])
+        else:
+            raise GraphError(f"{op.name}: operation kind {op.kind!r} cannot be lowered yet")
+    return estimates
 
 
 def step_estimate(

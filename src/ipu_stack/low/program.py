@@ -142,7 +142,20 @@ class ExchangeStep:
     transfers: list[LogicalTransfer] = field(default_factory=list)
 
 
-Step = ComputeStep | ExchangeStep
+@dataclass(slots=True)
+class RepeatStep:
+    """The next ``length`` steps are a loop body run ``count`` times.
+
+    Buffers in ``iterated`` hold one block per iteration: iteration ``i`` reads
+    ``stride`` x ``i`` bytes further on (per-iteration weights advance by a base pointer).
+    """
+
+    count: int
+    length: int
+    iterated: dict[tuple[int, str], int] = field(default_factory=dict)
+
+
+Step = ComputeStep | ExchangeStep | RepeatStep
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,18 +207,31 @@ class ProgramBuilder:
 
     steps: list[Step] = field(default_factory=list)
     buffers: dict[tuple[int, str], Buffer] = field(default_factory=dict)
+    sealed: bool = False  # the last step closes a loop body: start a new step
 
     def compute(self, calls: list[KernelCall]) -> None:
         if not calls:
             return
-        if self.steps and isinstance(self.steps[-1], ComputeStep):
+        if self.steps and isinstance(self.steps[-1], ComputeStep) and not self.sealed:
             self.steps[-1].calls.extend(calls)
         else:
             self.steps.append(ComputeStep(list(calls)))
+        self.sealed = False
 
     def exchange(self, label: str, transfers: list[LogicalTransfer]) -> None:
         if transfers:
             self.steps.append(ExchangeStep(label, list(transfers)))
+            self.sealed = False
+
+    def loop(self, count: int, body: ProgramBuilder, iterated: dict[tuple[int, str], int]) -> None:
+        """Append ``body``'s steps as a loop run ``count`` times, and adopt its buffers."""
+        if not body.steps:
+            return
+        self.steps.append(RepeatStep(count, len(body.steps), dict(iterated)))
+        self.steps.extend(body.steps)
+        for buf in body.buffers.values():
+            self.buffer(buf)
+        self.sealed = True
 
     def buffer(self, buf: Buffer) -> Ref:
         key = (buf.tile, buf.name)

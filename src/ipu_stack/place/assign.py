@@ -13,7 +13,7 @@ import numpy as np
 
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.model import ExchangePhase, Transfer
-from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram, Ref, View
+from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram, Ref, RepeatStep, View
 from ipu_stack.place.sram import BufferRequest, Region, allocate_tile, region_peaks
 from ipu_stack.target.ipu21 import TILES
 from ipu_stack.target.topology import logical_to_physical
@@ -59,11 +59,19 @@ def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, in
                         touch(call.tile, ref, i)
                 for ref in getattr(call, "inputs", ()):
                     touch(call.tile, ref.ref if isinstance(ref, View) else ref, i)
-        else:
+        elif isinstance(step, ExchangeStep):
             for t in step.transfers:
                 touch(t.source_tile, t.source, i)
                 for tile, ref in t.destinations:
                     touch(tile, ref, i)
+    # Inside a loop body every buffer the body touches lives for the whole body: the next
+    # iteration comes back to the first step.
+    for i, step in enumerate(program.steps):
+        if isinstance(step, RepeatStep):
+            lo, hi = i + 1, i + step.length
+            for span in seen.values():
+                if span[0] <= hi and lo <= span[1]:
+                    span[0], span[1] = min(span[0], lo), max(span[1], hi)
     return {k: (v[0], v[1]) for k, v in seen.items()}
 
 

@@ -37,12 +37,14 @@ from ipu_stack.low.program import (
     AddCall,
     ComputeStep,
     CopyCall,
+    ExchangeStep,
     FillCall,
     GemmCall,
     KernelCall,
     LowProgram,
     MapCall,
     Ref,
+    RepeatStep,
     Shard,
     View,
 )
@@ -84,6 +86,8 @@ class SimDevice:
 
     def __init__(self, clock_hz: int = ipu21.CLOCK_HZ) -> None:
         self.clock_hz = clock_hz
+        # byte offsets of iterated buffers in the current loop iteration: (tile, buffer) -> bytes
+        self._offsets: dict[tuple[int, str], int] = {}
 
     # -- checks -------------------------------------------------------------------------------
     @staticmethod
@@ -138,7 +142,8 @@ class SimDevice:
             raise SimulationError(
                 f"step {step} tile {tile}: {what} names no allocation {ref.buffer!r}"
             )
-        address = alloc.address + ref.offset
+        offset = ref.offset + self._offsets.get((tile, ref.buffer), 0)
+        address = alloc.address + offset
         if address < ipu21.TILE_MEMORY_BASE or address + size > ipu21.TILE_MEMORY_END:
             raise SimulationError(
                 f"step {step} tile {tile}: {what} [{address:#x}, {address + size:#x}) is past "
@@ -148,7 +153,7 @@ class SimDevice:
             raise SimulationError(
                 f"step {step} tile {tile}: {what} at {address:#x} is not {alignment}-byte aligned"
             )
-        if ref.offset < 0 or ref.offset + size > alloc.size:
+        if offset < 0 or offset + size > alloc.size:
             raise SimulationError(
                 f"step {step} tile {tile}: {what} [{address:#x}, {address + size:#x}) runs "
                 f"outside its allocation {alloc.name!r} [{alloc.address:#x}, "
@@ -249,18 +254,35 @@ class SimDevice:
             dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
             self.write_value(mem, placement, binding.shards, _as2d(array.astype(dtype)))
         clock = np.zeros(program.tile_count, dtype=np.int64)
-        step_cycles = []
+        step_cycles = [0] * len(program.steps)
         step_end_cycles = np.zeros((len(program.steps), program.tile_count), dtype=np.int64)
-        for index, step in enumerate(program.steps):
+
+        def execute(index: int) -> None:
+            step = program.steps[index]
             before = int(clock.max())
             if isinstance(step, ComputeStep):
                 self._compute(mem, placement, step.calls, index, clock)
-            else:
+            elif isinstance(step, ExchangeStep):
                 phase, schedule = schedules[index]
                 self._exchange(mem, placement, step.transfers, phase, schedule, index)
                 clock[:] = before + ipu21.SYNC_CYCLES + schedule.horizon
-            step_cycles.append(int(clock.max()) - before)
+            step_cycles[index] += int(clock.max()) - before
             step_end_cycles[index] = clock
+
+        index = 0
+        while index < len(program.steps):
+            step = program.steps[index]
+            if isinstance(step, RepeatStep):
+                body = range(index + 1, index + 1 + step.length)
+                for i in range(step.count):  # iteration i reads block i of iterated buffers
+                    self._offsets = {key: i * stride for key, stride in step.iterated.items()}
+                    for j in body:
+                        execute(j)
+                self._offsets = {}
+                index = body.stop
+                continue
+            execute(index)
+            index += 1
         outputs = {}
         for binding in program.bindings:
             if binding.role != "output":

@@ -7,6 +7,7 @@ from ipu_stack.mid.candidates.base import Candidate
 from ipu_stack.mid.candidates.gemm import gemm_candidates
 from ipu_stack.mid.candidates.movement import attention_candidates, movement_candidates
 from ipu_stack.mid.candidates.pointwise import pointwise_candidates
+from ipu_stack.mid.candidates.repeat import repeat_candidates
 from ipu_stack.mid.formats import TensorFormat
 from ipu_stack.mid.gemm_plan import GemmProblem
 
@@ -29,6 +30,8 @@ def candidates_for(
         return movement_candidates(graph, op, formats, tiles)
     if op.kind == "flash_attention":
         return attention_candidates(graph, op, formats, tiles)
+    if op.kind == "repeat":
+        return repeat_candidates(graph, op, tiles)
     from ipu_stack.errors import GraphError
 
     raise GraphError(f"{op.name}: no candidates for operation kind {op.kind!r}")

@@ -1,0 +1,122 @@
+"""Lower ``repeat``: the loop body is planned and lowered once and run ``count`` times.
+
+The carried value lives in the body's home for its carried input (wherever the body's first
+consumer wants it). Before the loop the initial value is gathered (or written by the host)
+there; at the end of each iteration the body's result is gathered back into it, so the next
+iteration, and the operation's consumers after the loop, read it in place. Per-iteration
+weights are stored as ``count`` equal blocks per buffer; iteration ``i`` reads block ``i``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.low.gather import GatherRequest
+from ipu_stack.low.lower_ops import OpLowering, flat_shape
+from ipu_stack.low.program import (
+    Buffer,
+    KernelCall,
+    LogicalTransfer,
+    ProgramBuilder,
+    Shard,
+)
+from ipu_stack.target.ipu21 import precision as lookup_precision
+
+BLOCK_ALIGN = 32
+
+
+def _requests(homes: list[Shard]) -> list[GatherRequest]:
+    return [GatherRequest(sh.tile, sh.ref, sh.row_stride, sh.rows, sh.cols) for sh in homes]
+
+
+def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
+    """Lower a repeat; returns the shards of its result and its estimated cycles."""
+    from ipu_stack.low.lower import lower_operations, step_estimate
+    from ipu_stack.mid.lower_mid import lower_mid
+
+    g = ctx.graph
+    sub: ComputeGraph = op.attr("body")
+    count = int(op.attr("count"))
+    n_inv = int(op.attr("invariants"))
+    outer = [g.value(v) for v in op.inputs]
+    inner = [v for v in sub.values if v.kind != "operation"]
+    finalist = lower_mid(sub, ctx.tiles, finalists=1)[0]
+    plans = {o.id: finalist.gemm_plans[o.name] for o in sub.operations if o.kind == "gemm"}
+    body = ProgramBuilder()
+    body_ctx = OpLowering(sub, body, ctx.tiles, {}, defaultdict(list))
+    body_ctx.row_tiles.update(finalist.row_tiles)
+    estimates = lower_operations(body_ctx, plans)
+    carried_in = inner[0]
+    homes = body_ctx.value_shards.get(carried_in.id) or body_ctx.shards_of(carried_in) or []
+    body_ctx.close_buffers({(sh.tile, sh.ref.buffer) for sh in homes})
+    # End of each iteration: the result goes back into the carried home.
+    result = sub.value(sub.outputs[0])
+    eb = lookup_precision(result.dtype).element_bytes
+    from ipu_stack.low.gather import ShardIndex, gather
+
+    copies, transfers = gather(
+        _requests(homes), ShardIndex(body_ctx.value_shards[result.id]), eb, op.name
+    )
+    body.compute(copies)
+    body.exchange(f"{op.name} carried", transfers)
+    body_cost = sum(estimates.values()) + step_estimate(copies, transfers, [])
+
+    # Before the loop: initial carried value and activation invariants into their homes.
+    before_calls: list[KernelCall] = []
+    before_transfers: list[LogicalTransfer] = []
+    for j, (outer_v, inner_v) in enumerate(
+        zip(outer[: 1 + n_inv], inner[: 1 + n_inv], strict=True)
+    ):
+        if inner_v.kind == "parameter":
+            ctx.host_shards[outer_v.id].extend(body_ctx.host_shards[inner_v.id])
+            continue
+        targets = homes if j == 0 else body_ctx.value_shards.get(inner_v.id, [])
+        if outer_v.kind == "host_input" and outer_v.id not in ctx.value_shards:
+            ctx.host_shards[outer_v.id].extend(targets)  # the host writes it in place
+            continue
+        c, t = ctx.fetch(outer_v, _requests(targets), op.name)
+        before_calls += c
+        before_transfers += t
+    ctx.builder.compute(before_calls)
+    ctx.builder.exchange(f"{op.name} initial", before_transfers)
+    before_cost = step_estimate(before_calls, before_transfers, [])
+
+    # Per-iteration weights: one block per iteration in each buffer that holds them.
+    iterated: dict[tuple[int, str], int] = {}
+    for outer_v, inner_v in zip(outer[1 + n_inv :], inner[1 + n_inv :], strict=True):
+        n_rows, _ = flat_shape(inner_v.shape)
+        shards = body_ctx.host_shards[inner_v.id]
+        for sh in shards:
+            key = (sh.tile, sh.ref.buffer)
+            if key not in iterated:
+                size = body.buffers[key].size
+                iterated[key] = -(-size // BLOCK_ALIGN) * BLOCK_ALIGN
+        for i in range(count):
+            for sh in shards:
+                stride = iterated[(sh.tile, sh.ref.buffer)]
+                ctx.host_shards[outer_v.id].append(
+                    Shard(
+                        sh.tile,
+                        sh.ref.at(i * stride),
+                        (sh.rows[0] + i * n_rows, sh.rows[1] + i * n_rows),
+                        sh.cols,
+                        sh.row_stride,
+                        sh.transposed,
+                    )
+                )
+    for key, stride in iterated.items():
+        buf = body.buffers[key]
+        body.buffers[key] = Buffer(
+            buf.tile,
+            buf.name,
+            stride * count,
+            buf.alignment,
+            buf.region,
+            buf.exclusive_element,
+            buf.avoid,
+            True,
+            buf.host_read,
+        )
+    ctx.builder.loop(count, body, iterated)
+    return list(homes), before_cost + count * body_cost

@@ -1,0 +1,29 @@
+"""Repeat candidates: the body is planned once (its best finalist) and run ``count`` times."""
+
+from __future__ import annotations
+
+from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.low.lower_ops import flat_shape
+from ipu_stack.mid.candidates.base import Candidate, Footprint
+from ipu_stack.mid.formats import row_layout_format
+from ipu_stack.target import ipu21
+
+
+def repeat_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Candidate]:
+    from ipu_stack.mid.lower_mid import lower_mid
+
+    body: ComputeGraph = op.attr("body")
+    count = int(op.attr("count"))
+    best = lower_mid(body, tiles, finalists=1)[0].branch
+    out = graph.value(op.output)
+    n, c = flat_shape(out.shape)
+    fmt = row_layout_format(out.dtype, n, c, tiles)
+    # the carried result moves back into its home once per iteration
+    carry = ipu21.EXCHANGE_PHASE_OVERHEAD + fmt.shard_bytes() // ipu21.WORD_BYTES
+    cycles = count * (best.cycles + carry)
+    exchange = count * (best.exchange_cycles + carry)
+    footprint = Footprint(best.peak_standard, best.peak_interleaved,
+                          best.max_standard_allocation, best.exchange_row_bytes)
+    tiles_used = max((c.active_tiles for c in best.choices.values()), default=1)
+    return [Candidate(op.name, "repeat", ("repeat", count), tuple(None for _ in op.inputs), fmt,
+                      cycles, exchange, footprint, tiles_used)]
