@@ -48,7 +48,9 @@ def test_three_blocks_match_reference_and_unrolled():
     unrolled_feeds = {"x": feeds["x"]}
     for i in range(3):
         unrolled_feeds[f"a{i}"], unrolled_feeds[f"b{i}"] = feeds["W1"][i], feeds["W2"][i]
-        z = block(u, z, u.parameter(f"a{i}", (H, INNER), "f32"), u.parameter(f"b{i}", (INNER, H), "f32"))
+        z = block(
+            u, z, u.parameter(f"a{i}", (H, INNER), "f32"), u.parameter(f"b{i}", (INNER, H), "f32")
+        )
     u.set_outputs(z)
     ub = build(u, BuildConfig(tiles=64))
     unrolled = SimDevice().run(ub.program, ub.placement, ub.schedules, unrolled_feeds)
