@@ -198,8 +198,13 @@ class SimDevice:
         shape2: tuple[int, int],
         dtype: np.dtype,
     ) -> np.ndarray:
-        """Host reads: the flat-row view ``[N, C]`` of a value from its shards."""
-        out = np.full(shape2, np.nan, dtype=dtype)
+        """Host reads: the flat-row view ``[N, C]`` of a value from its shards.
+
+        Raises:
+            SimulationError: if the shards leave elements of the value uncovered.
+        """
+        out = np.zeros(shape2, dtype=dtype)
+        covered = np.zeros(shape2, dtype=bool)
         eb = dtype.itemsize
         for sh in shards:
             nrows, ncols = sh.rows[1] - sh.rows[0], sh.cols[1] - sh.cols[0]
@@ -216,6 +221,10 @@ class SimDevice:
             out[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]] = (
                 np.ascontiguousarray(rows).view(np.uint8).view(dtype).reshape(nrows, ncols)
             )
+            covered[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]] = True
+        if not covered.all():
+            missing = int((~covered).sum())
+            raise SimulationError(f"{missing} elements of the value are held by no shard")
         return out
 
     # -- execution ----------------------------------------------------------------------------
@@ -289,10 +298,10 @@ class SimDevice:
                 continue
             dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
             shape2 = _shape2(binding.shape)
-            value = self.read_value(mem, placement, binding.shards, shape2, dtype)
-            if np.isnan(value).any() and not np.isnan(value).all():
-                missing = int(np.isnan(value).sum())
-                raise SimulationError(f"output {binding.name!r}: {missing} elements never written")
+            try:
+                value = self.read_value(mem, placement, binding.shards, shape2, dtype)
+            except SimulationError as err:
+                raise SimulationError(f"output {binding.name!r}: {err}") from None
             outputs[binding.name] = value.reshape(binding.shape)
         seconds = time.perf_counter() - start
         return RunResult(outputs, int(clock.max()), clock, step_cycles, seconds, step_end_cycles)
