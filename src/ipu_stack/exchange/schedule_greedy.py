@@ -21,6 +21,7 @@ is optimal (the improvement stage is :mod:`ipu_stack.exchange.schedule_lns`).
 from __future__ import annotations
 
 import heapq
+import time as time_module
 from bisect import bisect_right
 
 import numpy as np
@@ -130,18 +131,23 @@ def _successors(problem: ResourceProblem) -> tuple[list[list[tuple[int, int]]], 
     return successors, waiting
 
 
-def dense_greedy(problem: ResourceProblem, max_work: int | None = None) -> IntArray | None:
+def dense_greedy(
+    problem: ResourceProblem, max_work: int | None = None, deadline: float | None = None
+) -> IntArray | None:
     """Event-driven dense greedy (see the module docstring).
 
     Args:
         problem: the compiled phase.
         max_work: give up (return None) after this many resource-use checks; a deterministic
             stand-in for a time limit.
+        deadline: also give up at this ``time.perf_counter()`` value (a guard for machines
+            slower than the work calibration; when it fires the result depends on the clock).
 
     Returns:
         The send cycle of every transfer, or None if it gave up.
     """
     work = 0
+    pops = 0
     limit = max_work if max_work is not None else 1 << 62
     count = problem.count
     uses = _uses(problem)
@@ -191,6 +197,9 @@ def dense_greedy(problem: ResourceProblem, max_work: int | None = None) -> IntAr
             elif next_time < 0 or fit < next_time:
                 next_time = fit
         if work > limit:
+            return None
+        pops += 1
+        if deadline is not None and pops % 64 == 0 and time_module.perf_counter() > deadline:
             return None
         if best >= 0:
             length = durations[best]

@@ -315,6 +315,9 @@ def _solve(
         model.add(makespan >= variables[i] + int(completion[i]))
         model.add_hint(variables[i], int(starts[i]))
     model.minimize(makespan)
+    remaining = deadline - time.perf_counter()  # building the model took time too
+    if remaining <= 0.01:
+        return None
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0

@@ -43,10 +43,13 @@ DEFAULT_TIME_BUDGET = 1.5
 OPTIONAL_SHARE = 0.4
 #: Measured costs per resource use on a 2-core machine, for budgeting (estimates, not limits).
 WAVES_SECONDS_PER_USE = 15e-6
+LIST_SECONDS_PER_USE = 10e-6
 #: The dense greedy's measured seconds per work unit (1.1-4.5 us on a 2-core machine) and
 #: the share of the budget it may plan for.
-DENSE_SECONDS_PER_WORK = 1.5e-6
-DENSE_SHARE = 0.45
+DENSE_SECONDS_PER_WORK = 2.0e-6
+DENSE_SHARE = 0.5
+#: Wall-clock guard for the optional constructive stage, as a share of the budget.
+GUARD_SHARE = 0.75
 #: Share of the budget the improvement stage plans for (in CP-SAT deterministic time).
 IMPROVEMENT_SHARE = 0.5
 DENSE_GREEDY = "dense-greedy"
@@ -139,36 +142,44 @@ def optimize_phase(
         return PhaseReport(
             empty, 0, 0, 0, 0, 0, 0, ENDPOINT, 0, DENSE_GREEDY, 0, time.perf_counter() - started, {}
         )
-    # The list scheduler always runs (a schedule is needed). The other constructive stages run
-    # when the budget covers their estimated cost; estimates depend only on the phase's size,
-    # never on the clock, so the same phase and budget always take the same path.
+    # Constructive stages run when the budget covers their estimated cost; estimates depend
+    # only on the phase's size, never on the clock, so the same phase and budget always take
+    # the same path. At least one schedule (the list scheduler's) is always made.
     budget = max(time_budget, 0.0)
-    candidates = [(earliest_fit(problem), EARLIEST_FIT)]
+    unicast_heavy = bool((problem.arrays.fanouts == 1).mean() >= 0.5)
+    candidates: list[tuple[IntArray, str]] = []
+    if not unicast_heavy and budget > 0:
+        # Multicast-heavy: the dense greedy first, which gives up deterministically after its
+        # share of the budget's work (the list scheduler then stands in).
+        dense = dense_greedy(
+            problem,
+            int(DENSE_SHARE * budget / DENSE_SECONDS_PER_WORK),
+            started + GUARD_SHARE * budget,
+        )
+        if dense is not None:
+            candidates.append((dense, DENSE_GREEDY))
     bounds = lower_bounds(problem)
     bound, tight = strongest(bounds)
 
     def worth(estimate: float) -> bool:
+        if not candidates:
+            return True
         best = min(horizon_of(problem, c[0]) for c in candidates)
         return best > bound and estimate <= OPTIONAL_SHARE * budget
 
-    uses = int(problem.use_transfers.size)
-    unicast_heavy = bool((problem.arrays.fanouts == 1).mean() >= 0.5)
-    # Waves suit unicast-heavy phases, the dense greedy multicast-heavy ones.
-    if unicast_heavy and worth(WAVES_SECONDS_PER_USE * uses):
+    if unicast_heavy or worth(LIST_SECONDS_PER_USE * problem.use_transfers.size):
+        candidates.append((earliest_fit(problem), EARLIEST_FIT))
+    # Waves suit unicast-heavy phases (sums of permutations, reduce-scatters).
+    if unicast_heavy and worth(WAVES_SECONDS_PER_USE * problem.use_transfers.size):
         order = wave_order(problem)
         if order is not None:
             candidates.append((earliest_fit(problem, order), WAVES))
-    if not unicast_heavy and worth(0.0):
-        # The dense greedy gives up deterministically after its share of the budget's work.
-        dense = dense_greedy(problem, int(DENSE_SHARE * budget / DENSE_SECONDS_PER_WORK))
-        if dense is not None:
-            candidates.append((dense, DENSE_GREEDY))
     starts, kind = min(candidates, key=lambda c: (horizon_of(problem, c[0]), c[1]))
     initial = horizon_of(problem, starts)
     improvements = 0
     good_enough = int(bound * (1.0 + target_gap))
-    # Leave a tenth of the budget for building the schedule and for the caller's verifier.
-    deadline = started + 0.9 * max(time_budget, 0.0) - 0.02
+    # Leave some of the budget for building the schedule after the search.
+    deadline = started + 0.85 * budget - 0.02
     if initial > good_enough and time.perf_counter() < deadline:
         from ipu_stack.exchange.schedule_lns import improve
 
