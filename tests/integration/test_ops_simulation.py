@@ -121,3 +121,31 @@ def test_build_trace_has_the_seed_events_and_refined_cycles_formula():
         e for e in events if e["event"] == "selected physically scheduled operator-plan finalist"
     )
     assert min(scheduled, key=lambda e: e["refined_cycles"])["finalist"] == selected["selected"]
+
+
+def test_f8_gemm_accumulates_into_f16_and_casts_round_trip():
+    rng = np.random.default_rng(1)
+    g = ComputeGraph()
+    x = g.host_input("x", (96, 128), "f8", scale_exponent=-4)
+    w = g.parameter("w", (128, 80), "f8", scale_exponent=-6)
+    y = g.gemm(x, w)
+    z = g.cast(g.gelu(y), "f8", scale_exponent=-3)
+    g.set_outputs(y, z)
+    assert y.dtype == "f16" and z.dtype == "f8"
+    feeds = {
+        "x": rng.uniform(-1, 1, (96, 128)).astype(np.float32),
+        "w": (rng.uniform(-1, 1, (128, 80)) * 0.25).astype(np.float32),
+    }
+    built = build(g, BuildConfig(tiles=64))
+    result = SimDevice().run(built.program, built.placement, built.schedules, feeds)
+    ref = evaluate_reference(g, feeds)
+    for name, expected in ref.items():
+        # F143 keeps 3 mantissa bits: a few per cent of the range
+        assert np.abs(result.outputs[name] - expected).max() <= 0.08 * np.abs(expected).max()
+
+
+def test_f8_is_refused_where_no_kernel_takes_it():
+    g = ComputeGraph()
+    x = g.host_input("x", (8, 8), "f8")
+    with pytest.raises(GraphError, match="does not take F8 operands"):
+        g.gelu(x)

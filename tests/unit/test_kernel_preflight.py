@@ -67,8 +67,7 @@ def test_all_failing_variants_are_reported_then_one_summary():
         )
     err = info.value
     assert err.summary == (
-        "preflight failed for 2 of 3 kernel variants: "
-        f"{SEED_VARIANT}, gemm_f16_k64_c80_r5_r6"
+        f"preflight failed for 2 of 3 kernel variants: {SEED_VARIANT}, gemm_f16_k64_c80_r5_r6"
     )
     assert err.details.count(".Lgemm_f16_amp_worker_small") >= 2
 

@@ -34,8 +34,10 @@ def test_registry_cycles_match_measured_point_within_10_percent(
     spec = registry.gemm_kernel("f16", weights, packed=kernel == "packed")
     predicted = spec.cycles(rows, k, c)
     error = (predicted - measured) / measured
-    print(f"{spec.name} rows={rows} K={k} C={c}: model {predicted} measured {measured} "
-          f"error {error:+.2%}")
+    print(
+        f"{spec.name} rows={rows} K={k} C={c}: model {predicted} measured {measured} "
+        f"error {error:+.2%}"
+    )
     assert abs(error) <= 0.10
 
 
@@ -80,8 +82,13 @@ def test_impossible_variants_are_rejected(name, why):
 
 
 def test_every_kernel_declares_abi_semantics_and_cycles():
-    assert {"gemm_f16_interleaved", "gemm_f16_standard", "gemm_f8_interleaved",
-            "gemm_f32_standard", "gemm_f16_interleaved_packed"} <= set(registry.KERNELS)
+    assert {
+        "gemm_f16_interleaved",
+        "gemm_f16_standard",
+        "gemm_f8_interleaved",
+        "gemm_f32_standard",
+        "gemm_f16_interleaved_packed",
+    } <= set(registry.KERNELS)
     for spec in registry.KERNELS.values():
         assert spec.status in (registry.IMPLEMENTED, registry.REQUIRED)
         assert spec.reference is not None and spec.cycles is not None
@@ -129,8 +136,15 @@ def test_f16_reference_rounds_partials_once_per_k16_panel():
     )
     expect = np.zeros((5, 32), np.float32)
     for p in range(0, 64, 16):
-        expect = (expect + left[0, :, p : p + 16].astype(np.float32)
-                  @ right[0, p : p + 16].astype(np.float32)).astype(np.float16).astype(np.float32)
+        expect = (
+            (
+                expect
+                + left[0, :, p : p + 16].astype(np.float32)
+                @ right[0, p : p + 16].astype(np.float32)
+            )
+            .astype(np.float16)
+            .astype(np.float32)
+        )
     assert out.dtype == np.float16
     np.testing.assert_array_equal(out[0], expect.astype(np.float16))
 
@@ -173,7 +187,6 @@ def test_cycle_formulas_are_reached_only_through_the_registry():
     importers = sorted(
         str(path.relative_to(src))
         for path in src.rglob("*.py")
-        if re.search(r"\bgemm_cycles\b", path.read_text())
-        and path.name != "gemm_cycles.py"
+        if re.search(r"\bgemm_cycles\b", path.read_text()) and path.name != "gemm_cycles.py"
     )
     assert importers == ["kernels/registry.py"], importers

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import GraphError
-from ipu_stack.target.ipu21 import PRECISIONS
+from ipu_stack.target.ipu21 import GEMM_OUTPUT_PRECISION, PRECISIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,7 @@ class Value:
     shape: tuple[int, ...]
     dtype: str
     kind: str  # "host_input" | "parameter" | "operation"
+    scale_exponent: int = 0  # F8 only: stored element = value / 2**scale_exponent (F143)
 
     @property
     def size(self) -> int:
@@ -69,6 +70,9 @@ class Operation:
 
 GemmOp = Operation  # the gemm view of an operation (kept for readability at call sites)
 
+#: operations that may produce or consume F8 values (the rest need f16 or f32)
+F8_KINDS = ("gemm", "cast", "view", "transpose", "slice", "repeat")
+
 ELEMENTWISE_BINARY = ("add", "mul")
 
 
@@ -89,7 +93,9 @@ class ComputeGraph:
     prefix: str = ""  # prepended to generated names (loop bodies use "<repeat>/")
 
     # -- construction -----------------------------------------------------------------------
-    def _new_value(self, name: str, shape: Sequence[int], dtype: str, kind: str) -> Value:
+    def _new_value(
+        self, name: str, shape: Sequence[int], dtype: str, kind: str, scale_exponent: int = 0
+    ) -> Value:
         if dtype not in PRECISIONS:
             known = ", ".join(sorted(PRECISIONS))
             raise GraphError(f"value {name!r}: unknown precision {dtype!r}; supported: {known}")
@@ -101,17 +107,27 @@ class ComputeGraph:
             )
         if any(v.name == name for v in self.values):
             raise GraphError(f"value name {name!r} is used twice")
-        value = Value(len(self.values), name, shape, dtype, kind)
+        if scale_exponent and dtype != "f8":
+            raise GraphError(f"value {name!r}: a scale exponent needs precision f8, not {dtype}")
+        value = Value(len(self.values), name, shape, dtype, kind, int(scale_exponent))
         self.values.append(value)
         return value
 
-    def host_input(self, name: str, shape: Sequence[int], dtype: str = "f16") -> Value:
-        """A tensor the host writes before each run (delivered once, not replicated)."""
-        return self._new_value(name, shape, dtype, "host_input")
+    def host_input(
+        self, name: str, shape: Sequence[int], dtype: str = "f16", scale_exponent: int = 0
+    ) -> Value:
+        """A tensor the host writes before each run (delivered once, not replicated).
 
-    def parameter(self, name: str, shape: Sequence[int], dtype: str = "f16") -> Value:
+        F8 values are F143 with one power-of-two scale per tensor: the host stores
+        ``value / 2**scale_exponent``, saturating at +-240.
+        """
+        return self._new_value(name, shape, dtype, "host_input", scale_exponent)
+
+    def parameter(
+        self, name: str, shape: Sequence[int], dtype: str = "f16", scale_exponent: int = 0
+    ) -> Value:
         """Weights uploaded once before runs; the plan may store them in any layout."""
-        return self._new_value(name, shape, dtype, "parameter")
+        return self._new_value(name, shape, dtype, "parameter", scale_exponent)
 
     def _check(self, value: Value) -> Value:
         if (
@@ -129,10 +145,17 @@ class ComputeGraph:
         shape: Sequence[int],
         dtype: str,
         name: str | None,
+        scale_exponent: int = 0,
         **attrs: Any,
     ) -> Value:
         op_name = name or f"{self.prefix}{kind}{len(self.operations)}"
-        out = self._new_value(f"{op_name}.out", shape, dtype, "operation")
+        if kind in ("view", "transpose", "slice", "repeat") and inputs:
+            scale_exponent = inputs[0].scale_exponent  # data movement keeps the F8 scale
+        if dtype == "f8" and kind not in F8_KINDS:
+            raise GraphError(
+                f"{op_name}: {kind} does not take F8 operands; cast them to f16 first"
+            )
+        out = self._new_value(f"{op_name}.out", shape, dtype, "operation", scale_exponent)
         self.operations.append(
             Operation(
                 len(self.operations),
@@ -188,14 +211,17 @@ class ComputeGraph:
                 f"has K={k_right}"
             )
         batch = self._broadcast(op_name, left, right, left.shape[:-2], right.shape[:-2])
+        # F8 products accumulate into F16 (f8v8hihov4amp), scaled by both operand scales.
         return self._op(
             "gemm",
             (left, right),
             (*batch, m, n),
-            dtype,
+            GEMM_OUTPUT_PRECISION[dtype],
             op_name,
             transpose_left=bool(transpose_left),
             transpose_right=bool(transpose_right),
+            accumulation=GEMM_OUTPUT_PRECISION[dtype],
+            product_scale_exponent=left.scale_exponent + right.scale_exponent,
         )
 
     def _broadcast(
@@ -350,14 +376,16 @@ class ComputeGraph:
             "flash_attention", (q, k, v), shape, dtype, op_name, causal=bool(causal), scale=scale
         )
 
-    def cast(self, x: Value, dtype: str, name: str | None = None) -> Value:
-        """Convert to another precision."""
+    def cast(
+        self, x: Value, dtype: str, name: str | None = None, scale_exponent: int = 0
+    ) -> Value:
+        """Convert to another precision (to F8: stored as ``x / 2**scale_exponent``)."""
         x = self._check(x)
         op_name = self._name("cast", name)
         if dtype not in PRECISIONS:
             known = ", ".join(sorted(PRECISIONS))
             raise GraphError(f"{op_name}: unknown precision {dtype!r}; supported: {known}")
-        return self._op("cast", (x,), x.shape, dtype, op_name)
+        return self._op("cast", (x,), x.shape, dtype, op_name, scale_exponent)
 
     def repeat(
         self,

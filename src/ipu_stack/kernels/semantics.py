@@ -99,6 +99,11 @@ def encode_f143(values: np.ndarray, scale_exponent: int) -> np.ndarray:
     return np.clip(scaled, -F143_MAX, F143_MAX).astype(F143)
 
 
+def decode_f143(stored: np.ndarray, scale_exponent: int) -> np.ndarray:
+    """The real values of F143 elements stored with scale ``2**scale_exponent``."""
+    return np.asarray(stored).astype(np.float32) * np.float32(2.0**scale_exponent)
+
+
 def packed_output_offsets(rows: int, c: int, group: int) -> np.ndarray:
     """Element offset of every ``[row, column]`` of a packed GEMM output.
 

@@ -101,13 +101,19 @@ def lower_program(
                 continue
             if v.id in graph.outputs and v.id not in value_shards:
                 raise GraphError(f"output {v.name!r} is a {v.kind} that no operation uses")
-            bindings.append(Binding(v.name, v.kind, v.dtype, v.shape, tuple(host_shards[v.id])))
+            bindings.append(
+                Binding(
+                    v.name, v.kind, v.dtype, v.shape, tuple(host_shards[v.id]), v.scale_exponent
+                )
+            )
     outputs = []
     for vid in graph.outputs:
         v = graph.value(vid)
         if vid not in value_shards:
             raise GraphError(f"output {v.name!r} is not computed by any operation")
-        outputs.append(Binding(v.name, "output", v.dtype, v.shape, tuple(value_shards[vid])))
+        outputs.append(
+            Binding(v.name, "output", v.dtype, v.shape, tuple(value_shards[vid]), v.scale_exponent)
+        )
     # Buffers the host reads or writes stay live for the whole run.
     host_read = {(sh.tile, sh.ref.buffer) for b in outputs for sh in b.shards}
     host_written = {(sh.tile, sh.ref.buffer) for b in bindings for sh in b.shards}

@@ -35,7 +35,8 @@ from ipu_stack.low.program import (
 )
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.target import ipu21
-from ipu_stack.target.ipu21 import Precision
+from ipu_stack.target.ipu21 import GEMM_OUTPUT_PRECISION, Precision
+from ipu_stack.target.ipu21 import precision as lookup_precision
 
 ALIGN = ipu21.AMP_OPERAND_ALIGNMENT
 
@@ -109,6 +110,9 @@ def lower_gemm(
     ``value_shards`` holds the shards of values produced by earlier operations.
     """
     eb = precision.element_bytes
+    out_precision = lookup_precision(GEMM_OUTPUT_PRECISION[precision.name])
+    out_eb = out_precision.element_bytes
+    scale = int(op.attr("product_scale_exponent", 0))
     left_v, right_v, out_v = graph.value(op.left), graph.value(op.right), graph.value(op.output)
     out_batch = out_v.shape[:-2]
     batch = int(np.prod(out_batch, dtype=np.int64)) if out_batch else 1
@@ -149,7 +153,7 @@ def lower_gemm(
                     steps_max = max(steps_max, len(ksteps))
                     lslots = list(dict.fromkeys(int(lmap[b]) for b in range(b0, b1)))
                     rslots = list(dict.fromkeys(int(rmap[b]) for b in range(b0, b1)))
-                    out_stride = rows * cpad * eb
+                    out_stride = rows * cpad * out_eb
                     out_ref = builder.buffer(
                         Buffer(
                             tile,
@@ -229,6 +233,7 @@ def lower_gemm(
                                     precision,
                                     s > 0,
                                     plan.weights,
+                                    scale,
                                 )
                             )
                     group.append((tile, out_ref, out_stride, b0, b1, (r0, r1), (c0, cpad)))
@@ -242,7 +247,7 @@ def lower_gemm(
                                 out_ref.at((b - b0) * out_stride),
                                 (b * m + rr[0], b * m + rr[1]),
                                 (c0, c1),
-                                cpad * eb,
+                                cpad * out_eb,
                             )
                         )
 
@@ -280,7 +285,7 @@ def lower_gemm(
                 Buffer(tile, buf_name, _round_up(size, ALIGN), ALIGN, "any", host_written=True)
             )
     if pk > 1:
-        out_shards += _reduce(reduce_groups, pk, m, n, precision, builder, name)
+        out_shards += _reduce(reduce_groups, pk, m, n, out_precision, builder, name)
     return out_shards
 
 

@@ -211,6 +211,11 @@ def lower_map(ctx: OpLowering, op: Operation) -> list[Shard]:
     requests: dict[int, list[GatherRequest]] = defaultdict(list)
     out_shards = []
     attrs = tuple((k, v) for k, v in op.attrs if isinstance(v, (int, float, bool, str)))
+    if op.kind == "cast":  # F8 scales on either side
+        attrs += (
+            ("scale_exponent", out.scale_exponent),
+            ("source_scale_exponent", ins[0].scale_exponent),
+        )
     for tile, rows, cols, anchor_shard in layout:
         ncols = cols[1] - cols[0]
         stride = _stride(ncols, eb_out)

@@ -53,6 +53,14 @@ class GemmCall:
     precision: Precision
     accumulate: bool
     weights: str  # interleaved | standard
+    scale_exponent: int = 0  # F8: products are scaled by 2**scale_exponent
+
+    @property
+    def output_precision(self) -> Precision:
+        """Precision of the output and partials (F8 products accumulate into F16)."""
+        from ipu_stack.target.ipu21 import GEMM_OUTPUT_PRECISION, precision
+
+        return precision(GEMM_OUTPUT_PRECISION[self.precision.name])
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +193,7 @@ class Binding:
     dtype: str
     shape: tuple[int, ...]
     shards: tuple[Shard, ...]
+    scale_exponent: int = 0  # F8: stored element = value / 2**scale_exponent
 
 
 @dataclass(slots=True)

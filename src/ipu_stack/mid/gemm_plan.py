@@ -205,6 +205,7 @@ def enumerate_plans(
     """
     p = problem
     eb = p.precision.element_bytes
+    out_eb = ipu21.precision(ipu21.GEMM_OUTPUT_PRECISION[p.precision.name]).element_bytes
     kmicro, cmicro = p.precision.k_micro, p.precision.c_micro
     k_blocks = int(_ceil_div(p.k, kmicro))
     c_blocks = int(_ceil_div(p.n, cmicro))
@@ -280,11 +281,11 @@ def enumerate_plans(
     right_x, right_work, right_home, right_copy = operand(rmode, right_step_bytes, right_group)
     operand_x = left_x + right_x
     operand_phases = np.where(operand_x > 0, steps, 0)
-    out_bytes = _round_up(bb * rb * cols * eb, ALIGN)
+    out_bytes = _round_up(bb * rb * cols * out_eb, ALIGN)
     slice_rows = _ceil_div(rb, pk)
     slice_elems = bb * slice_rows * cols
-    reduce_words = np.where(pk > 1, (pk - 1) * _ceil_div(slice_elems * eb, 4), 0)
-    reduce_bytes = np.where(pk > 1, (pk - 1) * _round_up(slice_elems * eb, ALIGN), 0)
+    reduce_words = np.where(pk > 1, (pk - 1) * _ceil_div(slice_elems * out_eb, 4), 0)
+    reduce_bytes = np.where(pk > 1, (pk - 1) * _round_up(slice_elems * out_eb, ALIGN), 0)
     reduce_kernel = np.where(
         pk > 1,
         np.ceil(

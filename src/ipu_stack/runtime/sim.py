@@ -32,6 +32,7 @@ from ipu_stack.errors import SimulationError
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.kernels.registry import KernelSpec, gemm_kernel
+from ipu_stack.kernels.semantics import decode_f143, encode_f143
 from ipu_stack.low.costs import add_call_cycles, copy_call_cycles, map_call_cycles
 from ipu_stack.low.program import (
     AddCall,
@@ -261,7 +262,12 @@ class SimDevice:
                     f"got {tuple(array.shape)}"
                 )
             dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
-            self.write_value(mem, placement, binding.shards, _as2d(array.astype(dtype)))
+            stored = (
+                encode_f143(array, binding.scale_exponent)
+                if binding.dtype == "f8"
+                else array.astype(dtype)
+            )
+            self.write_value(mem, placement, binding.shards, _as2d(stored))
         clock = np.zeros(program.tile_count, dtype=np.int64)
         step_cycles = [0] * len(program.steps)
         step_end_cycles = np.zeros((len(program.steps), program.tile_count), dtype=np.int64)
@@ -302,6 +308,8 @@ class SimDevice:
                 value = self.read_value(mem, placement, binding.shards, shape2, dtype)
             except SimulationError as err:
                 raise SimulationError(f"output {binding.name!r}: {err}") from None
+            if binding.dtype == "f8":
+                value = decode_f143(value, binding.scale_exponent)
             outputs[binding.name] = value.reshape(binding.shape)
         seconds = time.perf_counter() - start
         return RunResult(outputs, int(clock.max()), clock, step_cycles, seconds, step_end_cycles)
@@ -323,7 +331,15 @@ class SimDevice:
             if isinstance(call, GemmCall):
                 n = ordinal[call.tile]
                 ordinal[call.tile] = n + 1
-                key = (n, call.rows, call.k, call.c, call.precision.name, call.accumulate)
+                key = (
+                    n,
+                    call.rows,
+                    call.k,
+                    call.c,
+                    call.precision.name,
+                    call.accumulate,
+                    call.scale_exponent,
+                )
                 gemms[key].append(call)
                 continue
             ordinal.clear()
@@ -335,7 +351,7 @@ class SimDevice:
         self, mem: np.ndarray, placement: Placement, gemms: dict[tuple, list[GemmCall]], step: int
     ) -> None:
         for key in sorted(gemms, key=lambda k: k[0]):
-            _, rows, k, c, _, accumulate = key
+            _, rows, k, c, _, accumulate, _ = key
             group = gemms[key]
             self._gemm_batch(
                 mem, placement, group, rows, k, c, group[0].precision, accumulate, step
@@ -409,15 +425,16 @@ class SimDevice:
         spec = gemm_kernel(precision.name, group[0].weights)
         assert spec.reference is not None
         dtype = np.dtype(precision.numpy_name)
-        eb = dtype.itemsize
+        out_dtype = np.dtype(group[0].output_precision.numpy_name)
+        eb, out_eb = dtype.itemsize, out_dtype.itemsize
         lefts = np.empty((len(group), rows, k), dtype)
         rights = np.empty((len(group), k, c), dtype)
-        outs = np.empty((len(group), rows, c), dtype)
+        outs = np.empty((len(group), rows, c), out_dtype)
         out_offsets = []
         for i, call in enumerate(group):
             t = call.tile
             rules = gemm_kernel(precision.name, call.weights)
-            sizes = {"left": rows * k * eb, "right": k * c * eb, "output": rows * c * eb}
+            sizes = {"left": rows * k * eb, "right": k * c * eb, "output": rows * c * out_eb}
             spans = {}
             for name, ref in (("left", call.left), ("right", call.right), ("output", call.out)):
                 align = rules.operand(name).alignment
@@ -429,10 +446,13 @@ class SimDevice:
             lefts[i] = mem[t, lo : lo + rows * k * eb].view(dtype).reshape(rows, k)
             rights[i] = mem[t, ro : ro + k * c * eb].view(dtype).reshape(k, c)
             if accumulate:
-                outs[i] = mem[t, oo : oo + rows * c * eb].view(dtype).reshape(rows, c)
+                outs[i] = mem[t, oo : oo + rows * c * out_eb].view(out_dtype).reshape(rows, c)
             out_offsets.append((t, oo))
-        outs = spec.reference(lefts, rights, outs, accumulate).astype(dtype, copy=False)
-        nbytes = rows * c * eb
+        extra = {"scale_exponent": group[0].scale_exponent} if group[0].scale_exponent else {}
+        outs = spec.reference(lefts, rights, outs, accumulate, **extra).astype(
+            out_dtype, copy=False
+        )
+        nbytes = rows * c * out_eb
         for i, (t, oo) in enumerate(out_offsets):
             mem[t, oo : oo + nbytes] = outs[i].reshape(-1).view(np.uint8)
 
@@ -546,12 +566,15 @@ def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
     from scipy.special import erf
 
     x = [a.astype(np.float32) for a in args]
+    if call.kind == "cast":
+        source = decode_f143(args[0], int(call.attr("source_scale_exponent")))
+        if call.out.dtype == "f8":
+            return encode_f143(source, int(call.attr("scale_exponent")))
+        return source
     if call.kind == "add":
         return x[0] + x[1]
     if call.kind == "mul":
         return x[0] * x[1]
-    if call.kind == "cast":
-        return x[0]
     if call.kind == "gelu":
         return x[0] * 0.5 * (1.0 + erf(x[0] / np.float32(np.sqrt(2.0))))
     if call.kind == "layer_norm":

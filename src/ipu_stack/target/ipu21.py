@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes  # noqa: F401  (registers float8_e4m3fnuz with NumPy for numpy_name)
+
 # --- Machine -------------------------------------------------------------------------------
 TILES = 1472  # facts §2.1 [R] S3
 WORKERS = 6  # facts §2.1, §16.2 [R] S5: one supervisor + six worker contexts
@@ -76,13 +78,15 @@ F16 = Precision("f16", 2, 64, 16, 16, "float16")
 F32 = Precision("f32", 4, 16, 8, 16, "float32")
 # F143 (1 sign, 4 exponent, 3 mantissa bits; bias 8, max 240, NaN = 0x80): ml_dtypes'
 # float8_e4m3fnuz. AMP rate facts §3 [I], K micro 32 facts §15.1 [T], format reference-system §1.4.
-# GEMM kernels only (kernels.registry); graphs do not offer it, so it is not in PRECISIONS.
+# Graphs use it for GEMM operands (products accumulate into F16), casts and data movement.
 F8 = Precision("f8", 1, 128, 32, 16, "float8_e4m3fnuz")
-PRECISIONS: dict[str, Precision] = {p.name: p for p in (F16, F32)}
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (F16, F32, F8)}
+#: precision of a GEMM's output (and partials) for each operand precision
+GEMM_OUTPUT_PRECISION = {"f16": "f16", "f32": "f32", "f8": "f16"}
 
 
 def precision(name: str) -> Precision:
-    """Look up a precision by name (``f16`` or ``f32``)."""
+    """Look up a precision by name (``f16``, ``f32`` or ``f8``)."""
     try:
         return PRECISIONS[name]
     except KeyError:
