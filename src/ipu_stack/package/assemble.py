@@ -24,6 +24,7 @@ from ipu_stack.low.program import (
     GemmCall,
     KernelCall,
     MapCall,
+    RepeatStep,
     View,
 )
 from ipu_stack.package.build import Build, BuildConfig, build
@@ -221,6 +222,18 @@ def _program(
         if isinstance(step, ComputeStep):
             calls = [_call(c, placement, physical) for c in step.calls]
             steps.append({"kind": "compute", "calls": calls})
+            continue
+        if isinstance(step, RepeatStep):
+            # Iteration i of the body reads block i of each iterated buffer: i x stride bytes
+            # past the addresses the body's calls and transfers name (those of iteration 0).
+            iterated = [
+                [physical[tile], placement.allocations[tile][name].address, name, stride]
+                for (tile, name), stride in sorted(step.iterated.items())
+            ]
+            steps.append(
+                {"kind": "repeat", "count": step.count, "length": step.length,
+                 "iterated": iterated}
+            )  # fmt: skip
             continue
         phase, schedule = built.schedules[index]
         if len(phase.transfers) != len(step.transfers):

@@ -351,6 +351,21 @@ def _validate_program(package: Package, where: str) -> None:
             schedule = step.get("schedule")
             if not isinstance(schedule, dict) or not isinstance(schedule.get("horizon"), int):
                 raise _fail(where, f"step {index}: exchange step without a schedule")
+        elif kind == "repeat":
+            count, length = step.get("count"), step.get("length")
+            if (
+                not isinstance(count, int)
+                or count < 1
+                or not isinstance(length, int)
+                or not (1 <= length < len(steps) - index)
+            ):
+                raise _fail(
+                    where,
+                    f"step {index}: repeat count {count!r} or body length "
+                    f"{length!r} is bad (steps after it: {len(steps) - index - 1})",
+                )
+            if not isinstance(step.get("iterated"), list):
+                raise _fail(where, f"step {index}: repeat without an iterated list")
         else:
             raise _fail(where, f"step {index}: unknown step kind {kind!r}")
     if covered != len(transfers):

@@ -42,6 +42,7 @@ from ipu_stack.low.program import (
     LowProgram,
     MapCall,
     Ref,
+    RepeatStep,
     Shard,
     Step,
     View,
@@ -140,6 +141,19 @@ def executable_program(package: Package) -> Executable:
         if step_json["kind"] == "compute":
             calls = [_call(c, r, index) for c in step_json["calls"]]
             steps.append(ComputeStep(calls))
+            continue
+        if step_json["kind"] == "repeat":
+            iterated = {}
+            for tile, address, name, stride in step_json["iterated"]:
+                where = f"step {index} repeat"
+                logical = r.tile(tile, where)
+                alloc = r.allocations[logical].get(name)
+                if alloc is None or alloc.address != address:
+                    raise PackageError(
+                        f"{where}: tile {tile} has no allocation {name!r} at {address:#x}"
+                    )
+                iterated[(logical, name)] = stride
+            steps.append(RepeatStep(step_json["count"], step_json["length"], iterated))
             continue
         start, count = step_json["transfers"]
         logical_transfers, physical = [], []
