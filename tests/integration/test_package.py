@@ -325,3 +325,26 @@ def test_repeat_loop_round_trips_bit_identical():
     want = SimDevice().run(built.program, built.placement, built.schedules, feeds)
     assert np.array_equal(_bits(got), _bits(want.outputs[y.name]))
     assert session.last_run is not None and session.last_run.cycles == want.cycles
+
+
+def test_f8_weights_and_scaled_gemm_round_trip_bit_identical():
+    rng = np.random.default_rng(1)
+    g = ComputeGraph()
+    x = g.host_input("x", (48, 64), "f8", scale_exponent=-4)
+    w = g.parameter("w", (64, 32), "f8", scale_exponent=-6)
+    y = g.gemm(x, w)
+    z = g.cast(g.gelu(y), "f8", scale_exponent=-3)
+    g.set_outputs(y, z)
+    feeds = {
+        "x": rng.uniform(-1, 1, (48, 64)).astype(np.float32),
+        "w": (rng.uniform(-1, 1, (64, 32)) * 0.25).astype(np.float32),
+    }
+    built = build(g, BuildConfig(tiles=16))
+    package = Package.from_bytes(assemble_package(built, {"w": feeds["w"]}).to_bytes())
+    assert {b["name"]: b["scale_exponent"] for b in package.bindings()}["w"] == -6
+    session = Session().load(package)
+    session.initialize()
+    got = session.run({"x": feeds["x"]})
+    want = SimDevice().run(built.program, built.placement, built.schedules, feeds).outputs
+    for name in (y.name, z.name):
+        assert np.array_equal(_bits(got[name]), _bits(want[name]))

@@ -16,8 +16,10 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.exchange.model import PAIRED64
 from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.kernels.semantics import encode_f143
 from ipu_stack.low.program import (
     AddCall,
+    Binding,
     ComputeStep,
     CopyCall,
     FillCall,
@@ -128,7 +130,7 @@ def assemble_package(
         name = names.get(binding.name, binding.name)
         data = None
         if role == "weight" and parameters is not None:
-            data = _parameter(parameters, binding.name, binding.shape, binding.dtype)
+            data = _parameter(parameters, binding)
         start = len(slice_rows)
         for sh in binding.shards:
             offset, size = -1, 0
@@ -144,7 +146,7 @@ def assemble_package(
         bindings.append({
             "name": name, "value": binding.name, "role": role, "dtype": binding.dtype,
             "shape": list(binding.shape), "slices": [start, len(slice_rows) - start],
-            "embedded": data is not None,
+            "embedded": data is not None, "scale_exponent": int(binding.scale_exponent),
         })  # fmt: skip
     if len({b["name"] for b in bindings}) != len(bindings):
         raise GraphError("two bindings share an external name; check the names given")
@@ -197,15 +199,19 @@ def _union(spans: Any) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in merged]
 
 
-def _parameter(
-    parameters: Mapping[str, np.ndarray], name: str, shape: tuple[int, ...], dtype: str
-) -> np.ndarray:
+def _parameter(parameters: Mapping[str, np.ndarray], binding: Binding) -> np.ndarray:
+    """A weight as stored on the device, flat-row view: F8 values are F143-encoded."""
+    name, shape = binding.name, binding.shape
     if name not in parameters:
         raise GraphError(f"no data for parameter {name!r}")
     array = np.asarray(parameters[name])
     if array.size != math.prod(shape):
         raise GraphError(f"parameter {name!r}: expected shape {shape}, got {array.shape}")
-    return array.astype(ipu21.precision(dtype).numpy_name).reshape(flat_rows(shape))
+    if binding.dtype == "f8":
+        stored = encode_f143(array, binding.scale_exponent)
+    else:
+        stored = array.astype(ipu21.precision(binding.dtype).numpy_name)
+    return np.asarray(stored).reshape(flat_rows(shape))
 
 
 def _program(
@@ -291,6 +297,7 @@ def _call(call: KernelCall, placement: Placement, physical: list[int]) -> list[A
             call.precision.name,
             int(call.accumulate),
             call.weights,
+            call.scale_exponent,
         ]
     if isinstance(call, AddCall):
         return [

@@ -155,7 +155,7 @@ def _safe_name(name: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ipu_stack.runtime.session import Session
+    from ipu_stack.runtime.session import Session, host_dtype
     from ipu_stack.runtime.sim import SimDevice
 
     session = Session(SimDevice()).load(args.package)
@@ -174,8 +174,7 @@ def _run(args: argparse.Namespace) -> int:
                     f"no data for input {b['name']!r}; pass --input {b['name']}=FILE.npy or "
                     "--random-inputs"
                 )
-            dtype = ipu21.precision(b["dtype"]).numpy_name
-            inputs[b["name"]] = rng.uniform(-1, 1, b["shape"]).astype(dtype)
+            inputs[b["name"]] = rng.uniform(-1, 1, b["shape"]).astype(host_dtype(b["dtype"]))
     session.initialize()
     outputs = session.run(inputs)
     result = session.last_run
@@ -339,10 +338,11 @@ def describe_call(call: list[Any]) -> str:
         return f"{v[0]:#x}[{v[1]}x{v[2]} stride {v[3]} {v[4]}]"
 
     if kind == "gemm":
-        _, _, out, left, right, rows, k, c, prec, acc, weights = call
+        _, _, out, left, right, rows, k, c, prec, acc, weights, scale = call
         mode = "accumulate" if acc else "init"
+        scaled = f" scale=2**{scale}" if scale else ""
         return (
-            f"gemm {prec} {mode} rows={rows} k={k} c={c} weights={weights} out={out:#x} "
+            f"gemm {prec} {mode} rows={rows} k={k} c={c} weights={weights}{scaled} out={out:#x} "
             f"left={left:#x} right={right:#x}"
         )
     if kind == "add":

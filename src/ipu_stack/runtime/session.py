@@ -29,6 +29,7 @@ from ipu_stack.exchange.model import (
     Piece,
     Transfer,
 )
+from ipu_stack.kernels.semantics import decode_f143
 from ipu_stack.low.program import (
     AddCall,
     Binding,
@@ -54,6 +55,13 @@ from ipu_stack.runtime.sim import RunResult, SimDevice
 from ipu_stack.target import ipu21
 
 PRECISION_BY_NAME = {p.name: p for p in (ipu21.F16, ipu21.F32, ipu21.F8)}
+
+
+def host_dtype(dtype: str) -> np.dtype:
+    """The host-side NumPy type of a binding: F8 values are exchanged as float32 reals."""
+    return np.dtype(np.float32 if dtype == "f8" else ipu21.precision(dtype).numpy_name)
+
+
 ROLE_IN_PROGRAM = {"input": "host_input", "weight": "parameter", "output": "output"}
 
 
@@ -131,7 +139,10 @@ def executable_program(package: Package) -> Executable:
                     bool(transposed),
                 )
             )
-        bindings.append(Binding(b["name"], role, b["dtype"], tuple(b["shape"]), tuple(shards)))
+        bindings.append(
+            Binding(b["name"], role, b["dtype"], tuple(b["shape"]), tuple(shards),
+                    int(b.get("scale_exponent", 0)))
+        )  # fmt: skip
     transfers = package.table("transfers").tolist()
     destinations = package.table("destinations").tolist()
     pieces = package.table("pieces").tolist()
@@ -221,10 +232,10 @@ def _call(c: list[Any], r: _Resolver, step: int) -> KernelCall:
 
     try:
         if kind == "gemm":
-            _, _, out, left, right, rows, k, cols, prec, acc, weights = c
+            _, _, out, left, right, rows, k, cols, prec, acc, weights, scale = c
             return GemmCall(
                 t, ref(out), ref(left), ref(right), rows, k, cols, PRECISION_BY_NAME[prec],
-                bool(acc), weights,
+                bool(acc), weights, scale,
             )  # fmt: skip
         if kind == "add":
             _, _, out, inputs, elements, prec = c
@@ -278,7 +289,11 @@ def weight_arrays(package: Package) -> dict[str, np.ndarray]:
             raise PackageError(
                 f"weight {b['name']!r}: {int((~seen).sum())} elements are in no slice"
             )
-        arrays[b["name"]] = out.view(dtype).reshape(b["shape"])
+        stored = out.view(dtype).reshape(b["shape"])
+        # F8 weights are F143-encoded on the device; the host side holds their real values.
+        arrays[b["name"]] = (
+            decode_f143(stored, int(b.get("scale_exponent", 0))) if b["dtype"] == "f8" else stored
+        )
     return arrays
 
 
@@ -371,7 +386,7 @@ class Session:
                 raise GraphError(
                     f"{call}: {role} {name!r} expects shape {tuple(b['shape'])}, got {array.shape}"
                 )
-            dtype = ipu21.precision(b["dtype"]).numpy_name
+            dtype = host_dtype(b["dtype"])
             out[name] = array.astype(dtype, copy=False).reshape(b["shape"])
         return out
 
