@@ -212,3 +212,15 @@ def test_same_options_give_the_same_schedule() -> None:
     first = optimize_phase(phase, IPU21_MODEL, 1.0).schedule
     second = optimize_phase(phase, IPU21_MODEL, 1.0).schedule
     assert first == second
+
+
+def test_clique_order_sequences_every_group() -> None:
+    from ipu_stack.exchange.schedule_cliques import clique_order
+
+    phase = multicast_groups_phase(7, 48, tile_count=70)
+    problem = compile_phase(phase, IPU21_MODEL)
+    order = clique_order(problem)
+    assert order is not None
+    assert sorted(order.tolist()) == list(range(len(phase.transfers)))
+    unicast = compile_phase(ExchangePhase((Transfer(0, A, ((1, R),), 4),), 2), IPU21_MODEL)
+    assert clique_order(unicast) is None

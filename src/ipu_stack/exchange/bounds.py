@@ -277,7 +277,7 @@ def clique_bound(
     return best
 
 
-def _separations(problem: ResourceProblem, members: list[int]) -> npt.NDArray[np.float64]:
+def clique_separations(problem: ResourceProblem, members: list[int]) -> npt.NDArray[np.float64]:
     """``S[i, j]``: least ``x_j - x_i`` when ``i`` goes first (NaN when no usable shared resource).
 
     On a shared resource ``p`` the two windows are disjoint exactly when
@@ -312,7 +312,7 @@ def _ordered_clique_bound(
 ) -> int:
     members = list(members)
     while True:
-        separation = _separations(problem, members)
+        separation = clique_separations(problem, members)
         missing = np.isnan(separation)
         np.fill_diagonal(missing, False)
         if not missing.any():

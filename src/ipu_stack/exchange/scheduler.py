@@ -1,19 +1,26 @@
-"""The exchange scheduler: constructive greedies, then an improvement stage under a time budget.
+"""The exchange scheduler: constructive schedulers, then an improvement stage under a budget.
 
 ``optimize_phase`` runs, on the compiled phase (:mod:`ipu_stack.exchange.constraints`):
 
 1. the lower bounds (:mod:`ipu_stack.exchange.bounds`), so every stage can stop once a schedule
    meets the strongest one (it is then optimal);
-2. the event-driven dense greedy and the earliest-fit list scheduler
-   (:mod:`ipu_stack.exchange.schedule_greedy`), keeping the better (``initial_horizon``);
+2. constructive schedulers, one piece per transfer, keeping the best (``initial_horizon``):
+   for unicast-heavy phases the earliest-fit list scheduler in priority order and in whole-phase
+   matching waves (:mod:`ipu_stack.exchange.schedule_greedy`); for multicast-heavy phases the
+   list scheduler with every multicast clique in a short latency-aware order
+   (:mod:`ipu_stack.exchange.schedule_cliques`), the event-driven dense greedy, and the plain
+   list scheduler;
 3. CP-SAT large-neighbourhood search (:mod:`ipu_stack.exchange.schedule_lns`) on what remains
    of the time budget, while the schedule is above the bound. When it proves a connected
    component optimal above the analytical bounds, that optimum is reported as the bound
    ``component-optimum`` (a proof by exhaustive search, as sound as the formulas).
 
 It reports the selected schedule and the seed's fields (``selected_kind``,
-``neighborhood_improvements``, ...). Deterministic: the same phase, model and budget give the
-same schedule (CP-SAT runs with a fixed seed and deterministic time limits).
+``neighborhood_improvements``, ...). Optional stages are budgeted from the phase's size and from
+CP-SAT deterministic time, never from the clock, so the same phase, model and budget give the
+same schedule; wall-clock guards keep the call within the budget, and only when one fires (on
+a machine much slower than the calibration) can the result differ. The mandatory part
+(validation, compilation, the bounds and one list schedule) runs whatever the budget.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from ipu_stack.exchange.model import (
     Piece,
     maximum_identical_destinations,
 )
+from ipu_stack.exchange.schedule_cliques import clique_order
 from ipu_stack.exchange.schedule_greedy import dense_greedy, earliest_fit, horizon_of, wave_order
 
 IntArray = npt.NDArray[np.int64]
@@ -57,6 +65,7 @@ DENSE_GREEDY = "dense-greedy"
 COMPONENT_OPTIMUM = "component-optimum"
 EARLIEST_FIT = "earliest-fit"
 WAVES = "matching-waves"
+CLIQUE_PATHS = "clique-paths"
 
 
 @dataclass(slots=True)
@@ -146,20 +155,9 @@ def optimize_phase(
     # only on the phase's size, never on the clock, so the same phase and budget always take
     # the same path. At least one schedule (the list scheduler's) is always made.
     budget = max(time_budget, 0.0)
-    unicast_heavy = bool((problem.arrays.fanouts == 1).mean() >= 0.5)
-    candidates: list[tuple[IntArray, str]] = []
-    if not unicast_heavy and budget > 0:
-        # Multicast-heavy: the dense greedy first, which gives up deterministically after its
-        # share of the budget's work (the list scheduler then stands in).
-        dense = dense_greedy(
-            problem,
-            int(DENSE_SHARE * budget / DENSE_SECONDS_PER_WORK),
-            started + GUARD_SHARE * budget,
-        )
-        if dense is not None:
-            candidates.append((dense, DENSE_GREEDY))
     bounds = lower_bounds(problem)
     bound, tight = strongest(bounds)
+    candidates: list[tuple[IntArray, str]] = []
 
     def worth(estimate: float) -> bool:
         if not candidates:
@@ -167,13 +165,32 @@ def optimize_phase(
         best = min(horizon_of(problem, c[0]) for c in candidates)
         return best > bound and estimate <= OPTIONAL_SHARE * budget
 
-    if unicast_heavy or worth(LIST_SECONDS_PER_USE * problem.use_transfers.size):
+    uses = int(problem.use_transfers.size)
+    unicast_heavy = bool((problem.arrays.fanouts == 1).mean() >= 0.5)
+    if unicast_heavy:
         candidates.append((earliest_fit(problem), EARLIEST_FIT))
-    # Waves suit unicast-heavy phases (sums of permutations, reduce-scatters).
-    if unicast_heavy and worth(WAVES_SECONDS_PER_USE * problem.use_transfers.size):
-        order = wave_order(problem)
+        # Sums of permutations and reduce-scatters: all unicasts in matching waves.
+        if worth(WAVES_SECONDS_PER_USE * uses):
+            order = wave_order(problem)
+            if order is not None:
+                candidates.append((earliest_fit(problem, order), WAVES))
+    else:
+        # Multicast cliques (GEMM operand groups) in a short latency-aware order.
+        order = clique_order(problem)
         if order is not None:
-            candidates.append((earliest_fit(problem, order), WAVES))
+            candidates.append((earliest_fit(problem, order), CLIQUE_PATHS))
+        if budget > 0 and worth(0.0):
+            # The dense greedy gives up deterministically after its share of the budget's
+            # work; the list scheduler then stands in.
+            dense = dense_greedy(
+                problem,
+                int(DENSE_SHARE * budget / DENSE_SECONDS_PER_WORK),
+                started + GUARD_SHARE * budget,
+            )
+            if dense is not None:
+                candidates.append((dense, DENSE_GREEDY))
+        if worth(LIST_SECONDS_PER_USE * uses):
+            candidates.append((earliest_fit(problem), EARLIEST_FIT))
     starts, kind = min(candidates, key=lambda c: (horizon_of(problem, c[0]), c[1]))
     initial = horizon_of(problem, starts)
     improvements = 0
