@@ -109,7 +109,11 @@ def oracle_is_valid(phase: ExchangePhase, schedule: PhaseSchedule, model: Exchan
                     return False
                 covered[word] += 1
             cycles = range(piece.send_cycle, piece.send_cycle + piece.words // step)
-            read = _elements(transfer.source_address + 4 * piece.offset_words, 4 * piece.words)
+            read = (
+                _elements(transfer.source_address + 4 * piece.offset_words, 4 * piece.words)
+                if model.sram_hazards
+                else set()
+            )
             for cycle in cycles:
                 if not take("send", transfer.source, cycle):
                     return False
@@ -130,7 +134,11 @@ def oracle_is_valid(phase: ExchangePhase, schedule: PhaseSchedule, model: Exchan
                     latency = paired_exchange_latency(transfer.source, tile)
                 else:
                     latency = exchange_latency(transfer.source, tile)
-                written = _elements(address + 4 * piece.offset_words, 4 * piece.words)
+                written = (
+                    _elements(address + 4 * piece.offset_words, 4 * piece.words)
+                    if model.sram_hazards
+                    else set()
+                )
                 for cycle in cycles:
                     if not take("receive", tile, cycle + latency):
                         return False
@@ -142,8 +150,6 @@ def oracle_is_valid(phase: ExchangePhase, schedule: PhaseSchedule, model: Exchan
                     end = max(end, cycle + latency + 1)
         if covered != [1] * transfer.words:
             return False
-    if not model.sram_hazards:
-        pass  # element conflicts are only errors with the rule on (checked below)
     if model.dependencies:
         for j, later in enumerate(phase.transfers):
             for i in range(j):
@@ -165,41 +171,7 @@ def _accesses(transfer: Transfer) -> list[tuple[int, int, int, bool]]:
 
 
 def oracle(phase: ExchangePhase, schedule: PhaseSchedule, model: ExchangeModel) -> bool:
-    if model.sram_hazards:
-        return oracle_is_valid(phase, schedule, model)
-    # Without the hazard rule, the same replay with element bookkeeping disabled.
-    relaxed = (
-        ExchangePhase(
-            tuple(
-                replace(
-                    t,
-                    source_address=STANDARD,
-                    destinations=tuple((d, INTERLEAVED) for d, _ in t.destinations),
-                )
-                for t in phase.transfers
-            ),
-            phase.tile_count,
-        )
-        if not model.dependencies
-        else None
-    )
-    if relaxed is not None:
-        return oracle_is_valid(relaxed, schedule, model)
-    return _oracle_without_elements(phase, schedule, model)
-
-
-def _oracle_without_elements(
-    phase: ExchangePhase, schedule: PhaseSchedule, model: ExchangeModel
-) -> bool:
-    import ipu_stack  # noqa: F401  (keeps the helper self-contained)
-
-    global _elements
-    saved = _elements
-    try:
-        _elements = lambda address, size: set()  # noqa: E731
-        return oracle_is_valid(phase, schedule, model)
-    finally:
-        _elements = saved
+    return oracle_is_valid(phase, schedule, model)
 
 
 @SETTINGS

@@ -61,8 +61,8 @@ class LnsResult:
         starts: the best send cycles found.
         kind: ``"cp-sat-lns"``.
         improvements: neighbourhood solves that lowered their component's end.
-        proven_bound: the end of a component CP-SAT solved whole to optimality (a true lower
-            bound on the phase's horizon), or 0.
+        proven_bound: the best lower bound CP-SAT proved for a component solved whole (a
+            true lower bound on the phase's horizon: the component alone is a relaxation), or 0.
     """
 
     starts: IntArray
@@ -76,6 +76,7 @@ class _Outcome:
     starts: IntArray | None
     optimal: bool
     deterministic_time: float
+    bound: int = 0  # CP-SAT's proven lower bound on the free transfers' makespan
 
 
 def components(problem: ResourceProblem) -> tuple[int, IntArray]:
@@ -160,6 +161,10 @@ def improve(
         else:
             window = _critical_neighbourhood(problem, starts, members, target, tail_sizes[c], users)
             outcome = _solve(problem, starts, window, target, deadline, limit)
+        if outcome is not None and window.size == members.size:
+            # A whole component solved alone is a relaxation of the phase: CP-SAT's bound on
+            # its makespan is a lower bound on the phase's horizon.
+            proven = max(proven, outcome.bound)
         budget -= (outcome.deterministic_time if outcome else limit) + CALL_OVERHEAD * (
             1 + window.size / 100
         )
@@ -326,9 +331,16 @@ def _solve(
     status = solver.solve(model)
     spent = float(solver.deterministic_time)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _Outcome(None, False, spent)
+        return _Outcome(None, False, spent, _proven(solver, status, cp_model))
     found = np.asarray([solver.value(variables[i]) for i in free_list], dtype=np.int64)
-    return _Outcome(found, status == cp_model.OPTIMAL, spent)
+    return _Outcome(found, status == cp_model.OPTIMAL, spent, _proven(solver, status, cp_model))
+
+
+def _proven(solver: Any, status: Any, cp_model: Any) -> int:
+    """CP-SAT's lower bound on the objective (0 when the search proved nothing)."""
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return 0
+    return int(np.ceil(solver.best_objective_bound - 1e-6))
 
 
 def _free_heads(
