@@ -149,3 +149,19 @@ def test_f8_is_refused_where_no_kernel_takes_it():
     x = g.host_input("x", (8, 8), "f8")
     with pytest.raises(GraphError, match="does not take F8 operands"):
         g.gelu(x)
+
+
+def test_compile_runtime_gives_every_tile_its_program():
+    g = ComputeGraph()
+    x = g.host_input("x", (64, 96), "f16")
+    g.set_outputs(g.gelu(g.gemm(x, g.parameter("w", (96, 64), "f16"))))
+    built, _ = check(g, tiles=32)
+    assert {p["name"] for p in built.trace.phases} >= {"compile_runtime", "plan_kernels"}
+    runtime = built.runtime
+    assert len(runtime) == built.program.tile_count
+    exchanges = sum(1 for s in built.program.steps if type(s).__name__ == "ExchangeStep")
+    for tile_program in runtime:
+        kinds = [e[0] for e in tile_program.entries]
+        assert kinds.count("exchange") == exchanges  # every tile takes part in every sync
+    symbols = {e[1] for t in runtime for e in t.entries if e[0] == "call"}
+    assert any(s.startswith("ipu_stack_gemm_f16_") for s in symbols)

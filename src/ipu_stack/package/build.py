@@ -33,6 +33,8 @@ from ipu_stack.low.lower import lower_program
 from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
+from ipu_stack.package.runtime_program import TileProgram, compile_runtime
+from ipu_stack.package.runtime_program import describe as describe_runtime
 from ipu_stack.place.assign import Placement, physical_phase, place_program
 from ipu_stack.place.mapping import screen_mappings
 from ipu_stack.target.ipu21 import SYNC_CYCLES, TILES
@@ -68,6 +70,7 @@ class Build:
     trace: Trace
     plans: dict[int, GemmPlan] = field(default_factory=dict)
     kernels: list[KernelArtifact] = field(default_factory=list)
+    runtime: list[TileProgram] = field(default_factory=list)  # per-tile programs
 
     def report(self) -> dict[str, object]:
         return {
@@ -145,6 +148,11 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
         logical_shards=sum(len(b.shards) for b in program.bindings),
         exchange_phases=len(schedules),
     )
+    # The per-tile programs: steps in order, calls by entry symbol with absolute addresses;
+    # each tile's exchange tables and code must fit its support reservation.
+    with trace.phase("compile_runtime"):
+        runtime = compile_runtime(program, placement, schedules)
+        trace.event("compiled tile programs", **describe_runtime(runtime))
     # Each kernel unit is checked (or compiled) once, through the content-addressed cache.
     with trace.phase("plan_kernels"):
         calls = (c for s in program.steps if isinstance(s, ComputeStep) for c in s.calls)
@@ -153,7 +161,7 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
     if config.compile_kernels:
         with trace.phase("compile_kernels"):
             kernels = compile_kernels(units, Toolchain.discover(config.kernel_sdk), trace=trace)
-    return Build(graph, program, placement, schedules, trace, plans, kernels)
+    return Build(graph, program, placement, schedules, trace, plans, kernels, runtime)
 
 
 @dataclass(slots=True)
