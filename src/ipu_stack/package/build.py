@@ -33,7 +33,7 @@ from ipu_stack.low.lower import lower_program
 from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
-from ipu_stack.package.runtime_program import TileProgram, compile_runtime
+from ipu_stack.package.runtime_program import TileProgram, compile_runtime, support_overflow
 from ipu_stack.package.runtime_program import describe as describe_runtime
 from ipu_stack.place.assign import Placement, physical_phase, place_program
 from ipu_stack.place.mapping import screen_mappings
@@ -153,6 +153,17 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
     with trace.phase("compile_runtime"):
         runtime = compile_runtime(program, placement, schedules)
         trace.event("compiled tile programs", **describe_runtime(runtime))
+        overflow = support_overflow(runtime)
+        if overflow is not None:
+            # The simulator does not need the tables; hardware would (reported, not fatal).
+            tile_program, excess = overflow
+            trace.event(
+                "support reservation exceeded",
+                tile=tile_program.tile,
+                exchange_row_bytes=tile_program.exchange_row_bytes,
+                code_bytes=tile_program.code_bytes,
+                excess_bytes=excess,
+            )
     # Each kernel unit is checked (or compiled) once, through the content-addressed cache.
     with trace.phase("plan_kernels"):
         calls = (c for s in program.steps if isinstance(s, ComputeStep) for c in s.calls)
@@ -187,7 +198,8 @@ def _select_finalist(
     error: PlanError | None = None
     head = finalists[: config.finalists]
     winner: tuple[int, Finalist] | None = None
-    for finalist, refined, events, err in _evaluate_all(graph, head, config):
+    results, first = _evaluate_all(graph, head, config)
+    for finalist, refined, events, err in results:
         for event in events:  # replayed in finalist order: the trace stays deterministic
             trace.event(str(event.pop("event")), **event)
         if err is not None:
@@ -204,9 +216,21 @@ def _select_finalist(
         try:
             # Finalists were compared on quick schedules; the one kept gets the full budget,
             # and every schedule it keeps is verified.
-            best = _evaluate(
-                graph, finalist, config, Trace(quiet=True), config.exchange_time_budget, True, trace
-            )
+            if first is not None and finalist is first.finalist:
+                best = first  # evaluated in this process: only the schedules are redone
+                best.schedules = _schedule(
+                    best.program, best.placement, config.exchange_time_budget, trace, True
+                )
+            else:
+                best = _evaluate(
+                    graph,
+                    finalist,
+                    config,
+                    Trace(quiet=True),
+                    config.exchange_time_budget,
+                    True,
+                    trace,
+                )
         except PlanError as err:
             error = err
             continue
@@ -236,21 +260,44 @@ def _evaluate_child(index: int) -> tuple[int | None, list[dict[str, object]], Pl
 
 def _evaluate_all(
     graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig
-) -> list[tuple[Finalist, int | None, list[dict[str, object]], PlanError | None]]:
-    """Evaluate finalists, in parallel worker processes when there are several and fork is
-    available (each worker inherits the graph and finalists; only results travel back)."""
+) -> tuple[
+    list[tuple[Finalist, int | None, list[dict[str, object]], PlanError | None]],
+    Evaluated | None,
+]:
+    """Evaluate finalists: the first in this process (its lowering is kept, it usually wins),
+    the others in parallel worker processes when fork is available (each worker inherits the
+    graph and finalists; only numbers travel back)."""
     global _WORK
     _WORK = (graph, finalists, config)
+    first: Evaluated | None = None
     try:
-        workers = min(len(finalists), os.cpu_count() or 1, MAX_FINALIST_WORKERS)
-        if workers > 1 and "fork" in mp.get_all_start_methods():
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-                results = list(pool.map(_evaluate_child, range(len(finalists))))
-        else:
-            results = [_evaluate_child(i) for i in range(len(finalists))]
+        workers = min(len(finalists) - 1, (os.cpu_count() or 1) - 1, MAX_FINALIST_WORKERS)
+        pool = None
+        if workers >= 1 and "fork" in mp.get_all_start_methods():
+            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+        try:
+            futures = (
+                [pool.submit(_evaluate_child, i) for i in range(1, len(finalists))]
+                if pool is not None
+                else []
+            )
+            trace = Trace(quiet=True)
+            results: list[tuple[int | None, list[dict[str, object]], PlanError | None]]
+            try:
+                first = _evaluate(graph, finalists[0], config, trace, FINALIST_EXCHANGE_BUDGET)
+                results = [(first.refined_cycles, trace.events, None)]
+            except PlanError as err:
+                results = [(None, trace.events, err)]
+            if pool is not None:
+                results += [f.result() for f in futures]
+            else:
+                results += [_evaluate_child(i) for i in range(1, len(finalists))]
+        finally:
+            if pool is not None:
+                pool.shutdown()
     finally:
         _WORK = None
-    return [(f, *r) for f, r in zip(finalists, results, strict=True)]
+    return [(f, *r) for f, r in zip(finalists, results, strict=True)], first
 
 
 def _evaluate(

@@ -13,7 +13,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipu_stack.errors import PlanError
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.kernels import registry
 from ipu_stack.low.program import (
@@ -124,13 +123,8 @@ def compile_runtime(
     program: LowProgram,
     placement: Placement,
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
-    reservation: int = ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES,
 ) -> list[TileProgram]:
-    """The per-tile programs of a placed, scheduled program.
-
-    Raises:
-        PlanError: if a tile's exchange tables and code do not fit its support reservation.
-    """
+    """The per-tile programs of a placed, scheduled program (see :func:`support_overflow`)."""
     physical = placement.physical
     tiles = [TileProgram(int(physical[t])) for t in range(program.tile_count)]
     gemms = [
@@ -157,16 +151,19 @@ def compile_runtime(
                 tiles[t.source_tile].exchange_chunks += len(pieces)
                 for tile, _ in t.destinations:
                     tiles[tile].exchange_chunks += len(pieces)
-    budget = reservation
-    for tp in tiles:
-        need = tp.exchange_row_bytes + tp.code_bytes
-        if need > budget:
-            raise PlanError(
-                f"tile {tp.tile}: exchange tables ({tp.exchange_row_bytes} bytes) and code "
-                f"({tp.code_bytes} bytes) need {need} bytes of the {budget}-byte support "
-                f"reservation, {need - budget} more"
-            )
     return tiles
+
+
+def support_overflow(
+    tiles: list[TileProgram], reservation: int = ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES
+) -> tuple[TileProgram, int] | None:
+    """The tile whose estimated exchange tables and code most exceed the support reservation
+    (facts §4.4: 3 x 16 KiB by default), with the excess in bytes; None when all fit."""
+    worst = max(tiles, key=lambda t: t.exchange_row_bytes + t.code_bytes, default=None)
+    if worst is None:
+        return None
+    excess = worst.exchange_row_bytes + worst.code_bytes - reservation
+    return (worst, excess) if excess > 0 else None
 
 
 def describe(tiles: list[TileProgram]) -> dict[str, int]:
