@@ -22,14 +22,19 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str, what: str = "dimensions must be positive") -> int:
+    """argparse type: a positive integer, else one clear line."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"dimensions must be positive, got {value}")
+        raise argparse.ArgumentTypeError(f"{what}, got {value}")
     return value
+
+
+def _positive(text: str) -> int:
+    return positive_int(text)
 
 
 def _shape(text: str) -> tuple[int, ...]:

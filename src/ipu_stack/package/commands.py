@@ -19,13 +19,9 @@ COMMANDS = ("compile", "run", "package-inspect")
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+    from ipu_stack.cli import positive_int
+
+    return positive_int(text, "expected a positive integer")
 
 
 def _named_file(text: str) -> tuple[str, str]:
