@@ -127,8 +127,13 @@ def optimize_phase(
     model: ExchangeModel = IPU21_MODEL,
     time_budget: float = DEFAULT_TIME_BUDGET,
     target_gap: float = 0.0,
+    wall_clock_guards: bool = True,
 ) -> PhaseReport:
     """Schedule one phase as well as the time budget allows.
+
+    With ``wall_clock_guards=False`` only the deterministic budgets (work counts, CP-SAT
+    deterministic time) apply: the result never depends on how busy the machine is, and a
+    slow machine takes longer instead (what a build needs for byte-identical packages).
 
     Args:
         phase: the phase; it is validated first.
@@ -185,7 +190,7 @@ def optimize_phase(
             dense = dense_greedy(
                 problem,
                 int(DENSE_SHARE * budget / DENSE_SECONDS_PER_WORK),
-                started + GUARD_SHARE * budget,
+                started + GUARD_SHARE * budget if wall_clock_guards else None,
             )
             if dense is not None:
                 candidates.append((dense, DENSE_GREEDY))
@@ -196,8 +201,8 @@ def optimize_phase(
     improvements = 0
     good_enough = int(bound * (1.0 + target_gap))
     # Leave some of the budget for building the schedule after the search.
-    deadline = started + 0.85 * budget - 0.02
-    if initial > good_enough and time.perf_counter() < deadline:
+    deadline = started + 0.85 * budget - 0.02 if wall_clock_guards else float("inf")
+    if initial > good_enough and budget > 0 and time.perf_counter() < deadline:
         from ipu_stack.exchange.schedule_lns import improve
 
         result = improve(problem, starts, bound, deadline, good_enough, IMPROVEMENT_SHARE * budget)

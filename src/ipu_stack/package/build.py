@@ -370,7 +370,13 @@ def _schedule(
                 maximum_identical_destinations=maximum_identical_destinations(phase),
             )
         # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
-        report = optimize_phase(phase, time_budget=time_budget, target_gap=EXCHANGE_TARGET_GAP)
+        # Deterministic budgets only: the same build gives the same bytes on any machine.
+        report = optimize_phase(
+            phase,
+            time_budget=time_budget,
+            target_gap=EXCHANGE_TARGET_GAP,
+            wall_clock_guards=False,
+        )
         schedule = report.schedule
         if verify:
             verify_schedule(phase, schedule)  # independent of the scheduler
