@@ -104,6 +104,7 @@ def beam_search(
     cache: dict[tuple, list[Candidate]] = {}
     branches = [Branch()]
     interleaved_cap = int(INTERLEAVED_DATA_BYTES * capacity_scale)
+    standard_cap = int(STANDARD_DATA_BYTES * capacity_scale)
     capacity = int((STANDARD_DATA_BYTES + INTERLEAVED_DATA_BYTES) * capacity_scale)
     for index, op in enumerate(graph.operations):
         expanded: list[Branch] = []
@@ -129,8 +130,9 @@ def beam_search(
             )
             for cand in cache[key]:
                 std = live_std + cand.footprint.standard
-                il = live_il + cand.footprint.interleaved
-                total = std + il
+                # what the standard region cannot hold spills into the interleaved one
+                il = live_il + cand.footprint.interleaved + max(0, std - standard_cap)
+                total = live_std + cand.footprint.standard + live_il + cand.footprint.interleaved
                 if il > interleaved_cap or total > capacity:
                     region, need, cap = (
                         ("interleaved", il, interleaved_cap)
