@@ -2,22 +2,14 @@
 
 import pytest
 
-from ipu_stack.target.gemm_cycles import gemm_kernel_cycles, packed_gemm_kernel_cycles
+from ipu_stack.target.gemm_cycles import (
+    MEASURED_POINTS,
+    gemm_kernel_cycles,
+    packed_gemm_kernel_cycles,
+)
 from ipu_stack.target.ipu21 import F16, F32
 
-# (kernel, rows, K, C, weights, measured cycles) from ipu21-facts.md §13.3
-VALIDATION_POINTS = [
-    ("interleaved", 244, 64, 64, "interleaved", 18_576),
-    ("interleaved", 82, 96, 160, "interleaved", 29_508),
-    ("interleaved", 122, 80, 128, "interleaved", 26_232),
-    ("interleaved", 81, 80, 80, "interleaved", 12_402),
-    ("interleaved", 146, 48, 48, "interleaved", 7_122),
-    ("interleaved", 56, 64, 80, "interleaved", 8_076),
-    ("packed", 48, 240, 64, "standard", 35_022),
-    ("packed", 48, 240, 64, "interleaved", 33_102),
-    ("packed", 96, 64, 64, "interleaved", 12_108),
-    ("packed", 128, 64, 64, "interleaved", 19_872),
-]
+VALIDATION_POINTS = MEASURED_POINTS  # facts §13.3, kept in target/
 
 
 @pytest.mark.parametrize("kernel,rows,k,c,weights,measured", VALIDATION_POINTS)

@@ -10,21 +10,10 @@ from hypothesis import strategies as st
 
 from ipu_stack.errors import GraphError
 from ipu_stack.kernels import registry, semantics
+from ipu_stack.target.gemm_cycles import MEASURED_POINTS
 from ipu_stack.target.ipu21 import F8, F16, F32
 
-# (kernel, rows, K, C, weights, measured cycles): ipu21-facts.md §13.3
-VALIDATION_POINTS = [
-    ("interleaved", 244, 64, 64, "interleaved", 18_576),
-    ("interleaved", 82, 96, 160, "interleaved", 29_508),
-    ("interleaved", 122, 80, 128, "interleaved", 26_232),
-    ("interleaved", 81, 80, 80, "interleaved", 12_402),
-    ("interleaved", 146, 48, 48, "interleaved", 7_122),
-    ("interleaved", 56, 64, 80, "interleaved", 8_076),
-    ("packed", 48, 240, 64, "standard", 35_022),
-    ("packed", 48, 240, 64, "interleaved", 33_102),
-    ("packed", 96, 64, 64, "interleaved", 12_108),
-    ("packed", 128, 64, 64, "interleaved", 19_872),
-]
+VALIDATION_POINTS = MEASURED_POINTS  # facts §13.3, kept in target/
 
 
 @pytest.mark.parametrize("kernel,rows,k,c,weights,measured", VALIDATION_POINTS)

@@ -27,6 +27,22 @@ PACKED_PANEL_CYCLES = {"interleaved": 170, "standard": 202}  # [T]
 STANDARD_WEIGHT_PANEL_GROUP = 1063  # facts §13.2 standard weights G [T]
 
 
+#: Measured F16 GEMM kernel cycles on a C600 (facts §13.3 [T]):
+#: (kernel, rows, K, C, weight class, cycles); "packed" rows use the packed-output kernel.
+MEASURED_POINTS: tuple[tuple[str, int, int, int, str, int], ...] = (
+    ("interleaved", 244, 64, 64, "interleaved", 18_576),
+    ("interleaved", 82, 96, 160, "interleaved", 29_508),
+    ("interleaved", 122, 80, 128, "interleaved", 26_232),
+    ("interleaved", 81, 80, 80, "interleaved", 12_402),
+    ("interleaved", 146, 48, 48, "interleaved", 7_122),
+    ("interleaved", 56, 64, 80, "interleaved", 8_076),
+    ("packed", 48, 240, 64, "standard", 35_022),
+    ("packed", 48, 240, 64, "interleaved", 33_102),
+    ("packed", 96, 64, 64, "interleaved", 12_108),
+    ("packed", 128, 64, 64, "interleaved", 19_872),
+)
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
