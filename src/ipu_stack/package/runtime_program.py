@@ -31,10 +31,8 @@ from ipu_stack.low.program import (
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 
-# Reference exchange-row estimate (reference-system §2.3): 4 bytes x (phases + 42 per chunk).
-EXCHANGE_ROW_WORDS_PER_CHUNK = 7 * 6
-# Supervisor code per entry (a call or an exchange row set-up), 2 bundles of 8 bytes [I].
-CODE_BYTES_PER_ENTRY = 16
+EXCHANGE_ROW_WORDS_PER_CHUNK = ipu21.EXCHANGE_ROW_WORDS_PER_CHUNK
+CODE_BYTES_PER_ENTRY = ipu21.CODE_BYTES_PER_ENTRY
 
 
 @dataclass(slots=True)

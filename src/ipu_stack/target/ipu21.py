@@ -45,6 +45,12 @@ SYNC_CYCLES = 600  # facts §10.2 [T]: global sync per exchange phase on ipu21
 # C600 tile pairs (facts §8.4 [T]; +112 found by the exhaustive check in test_topology).
 EXCHANGE_LATENCY_ALLOWANCE = 112
 EXCHANGE_PHASE_OVERHEAD = SYNC_CYCLES + EXCHANGE_LATENCY_ALLOWANCE  # per phase, in estimates
+# facts §8.5 / exchange-scheduling §1.4 [T]: about 160 event cycles per independent fragment
+EXCHANGE_FRAGMENT_CYCLES = 160
+# reference-system §2.3 [T]: exchange-row bytes = 4 x (phases + 42 words per transfer chunk)
+EXCHANGE_ROW_WORDS_PER_CHUNK = 7 * 6
+# supervisor code per program entry (a call or an exchange set-up): two 8-byte bundles [I]
+CODE_BYTES_PER_ENTRY = 16
 
 # --- Kernel launch and local data movement (facts §12.1 [T]) --------------------------------
 KERNEL_LAUNCH_CYCLES = 11

@@ -9,10 +9,9 @@ from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.mid.candidates.base import Candidate, Footprint
 from ipu_stack.mid.formats import AxisTiling, Layout, TensorFormat
 from ipu_stack.mid.gemm_plan import GemmPlan, GemmProblem, enumerate_plans
+from ipu_stack.target.ipu21 import EXCHANGE_FRAGMENT_CYCLES, EXCHANGE_ROW_WORDS_PER_CHUNK
 
 PLANS_PER_GEMM = 6
-# facts §8.5 / exchange-scheduling §1.4 [T]: about 160 event cycles per independent fragment
-EXCHANGE_FRAGMENT_CYCLES = 160
 LEAN_PLANS = 2
 
 
@@ -122,7 +121,10 @@ def gemm_candidates(
                     standard,
                     plan.interleaved_bytes,
                     standard,
-                    4 * (plan.exchange_phases + 7 * 6 * max(1, plan.col_parts)),
+                    4
+                    * (
+                        plan.exchange_phases + EXCHANGE_ROW_WORDS_PER_CHUNK * max(1, plan.col_parts)
+                    ),
                 ),
                 plan.tiles,
                 plan.exchange_phases,
