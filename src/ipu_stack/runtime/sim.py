@@ -33,7 +33,7 @@ from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.kernels.registry import KernelSpec, gemm_kernel
 from ipu_stack.kernels.semantics import decode_f143, encode_f143
-from ipu_stack.low.costs import add_call_cycles, copy_call_cycles, map_call_cycles
+from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.program import (
     AddCall,
     ComputeStep,
@@ -53,20 +53,6 @@ from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
-
-
-def call_cycles(call: KernelCall) -> int:
-    """Cycles of one kernel call, launch included (target formulas)."""
-    launch = ipu21.KERNEL_LAUNCH_CYCLES
-    if isinstance(call, GemmCall):
-        spec = gemm_kernel(call.precision.name, call.weights)
-        assert spec.cycles is not None
-        return spec.cycles(call.rows, call.k, call.c) + launch
-    if isinstance(call, AddCall):
-        return add_call_cycles(call)
-    if isinstance(call, MapCall):
-        return map_call_cycles(call)
-    return copy_call_cycles(call)
 
 
 @dataclass(slots=True)
