@@ -116,6 +116,7 @@ def measure(name: str, phase: ExchangePhase, time_budget: float) -> dict[str, An
         "initial_ratio": round(report.initial_horizon / bound, 4) if bound else 1.0,
         "selected_kind": report.selected_kind,
         "neighborhood_improvements": report.neighborhood_improvements,
+        "pieces": report.pieces,
         "verified": True,
         "schedule_seconds": round(scheduled - started, 3),
         "verify_seconds": round(finished - scheduled, 3),

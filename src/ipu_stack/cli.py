@@ -146,6 +146,13 @@ def _add_exchange_commands(sub: argparse._SubParsersAction) -> None:
         choices=("paired", "dependencies", "sram_hazards", "full_duplex"),
         help="switch off one hardware rule (repeatable)",
     )
+    bench.add_argument(
+        "--max-pieces",
+        type=lambda text: positive_int(text, "pieces per transfer must be at least 1"),
+        default=None,
+        metavar="N",
+        help="most pieces per transfer (default 8; 1 forbids preemption)",
+    )
     bench.add_argument("--json", action="store_true", help="print a JSON list of phase records")
     check = sub.add_parser("exchange-verify", help="verify a schedule file against a snapshot")
     check.add_argument("snapshot", metavar="SNAPSHOT.json")
@@ -155,11 +162,14 @@ def _add_exchange_commands(sub: argparse._SubParsersAction) -> None:
 def _exchange_bench(args: argparse.Namespace) -> int:
     from ipu_stack.exchange.bench import bench_snapshot, format_record
     from ipu_stack.exchange.model import ExchangeModel
+    from ipu_stack.exchange.schedule_pieces import MAX_PIECES
     from ipu_stack.exchange.scheduler import DEFAULT_TIME_BUDGET
 
     model = ExchangeModel(latency=args.latency, **dict.fromkeys(args.disable, False))
     budget = DEFAULT_TIME_BUDGET if args.time_budget is None else args.time_budget
-    records = bench_snapshot(args.snapshot, args.phase, budget, args.emit_schedule, model)
+    records = bench_snapshot(
+        args.snapshot, args.phase, budget, args.emit_schedule, model, args.max_pieces or MAX_PIECES
+    )
     if args.json:
         print(json.dumps(records))
     else:

@@ -214,3 +214,36 @@ def test_gemm_exports_its_exchange_phases(tmp_path: Path) -> None:
     tile_count, phases = read_snapshot(path)
     assert tile_count == 1472 and phases
     assert all(phase.transfers for _, phase in phases)
+
+
+def test_bench_preempts_multicasts_unless_told_not_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    from ipu_stack.exchange.patterns import multicast_phase
+
+    path = tmp_path / "multicast.json"
+    write_snapshot(path, [(0, multicast_phase(np.random.default_rng(0), 150, tile_count=128))], 128)
+    runs = {}
+    for pieces in ("1", "8"):
+        out = tmp_path / f"schedule{pieces}.json"
+        arguments = ["exchange-bench", str(path), "--json", "--time-budget", "0.5"]
+        arguments += ["--max-pieces", pieces, "--emit-schedule", str(out)]
+        assert main(arguments) == 0
+        (runs[pieces],) = json.loads(capsys.readouterr().out)
+        assert main(["exchange-verify", str(path), str(out)]) == 0
+        capsys.readouterr()
+    one, preempted = runs["1"], runs["8"]
+    assert one["pieces"] == one["transfers"] == 150
+    assert one["selected_kind"] != "preemptive-fit"
+    # Cut into pieces, the multicasts end earlier; the bound is one that holds under preemption.
+    assert preempted["selected_kind"] == "preemptive-fit"
+    assert preempted["pieces"] > 150
+    assert preempted["selected_horizon"] < one["selected_horizon"]
+    assert preempted["tight_bound"] in ("endpoint", "sram-element", "latency-endpoint")
+    assert preempted["strongest_lower_bound"] <= preempted["selected_horizon"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["exchange-bench", str(path), "--max-pieces", "0"])
+    assert exit_info.value.code == 2
+    assert "pieces per transfer must be at least 1, got 0" in capsys.readouterr().err

@@ -6,12 +6,16 @@ the verifier agrees with the oracle on deliberately broken schedules."""
 from __future__ import annotations
 
 from dataclasses import replace
+from random import Random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ipu_stack.errors import ScheduleError
+from ipu_stack.exchange.bounds import PREEMPTIVE_BOUND_NAMES, lower_bounds, strongest
+from ipu_stack.exchange.constraints import compile_phase
 from ipu_stack.exchange.model import (
     PAIRED64,
     WORD32,
@@ -21,6 +25,7 @@ from ipu_stack.exchange.model import (
     Piece,
     Transfer,
 )
+from ipu_stack.exchange.schedule_pieces import preemptive_fit, schedule_from_pieces
 from ipu_stack.exchange.scheduler import optimize_phase
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.target.topology import exchange_latency, paired_exchange_latency
@@ -219,3 +224,19 @@ def test_verifier_agrees_with_the_oracle_on_broken_schedules(
     else:
         with pytest.raises(ScheduleError):
             verify_schedule(phase, mutated)
+
+
+@SETTINGS
+@given(phases(), models(), st.integers(2, 4), st.integers(1, 6), st.randoms())
+def test_preemptive_schedules_obey_every_rule_and_the_preemptive_bounds(
+    phase: ExchangePhase, model: ExchangeModel, max_pieces: int, min_piece: int, rng: Random
+) -> None:
+    problem = compile_phase(phase, model)
+    order = np.asarray(rng.sample(range(problem.count), problem.count), dtype=np.int64)
+    pieces = preemptive_fit(problem, order, min_piece=min_piece, max_pieces=max_pieces)
+    schedule = schedule_from_pieces(problem, pieces, "preemptive-fit", model)
+    verify_schedule(phase, schedule)
+    assert oracle(phase, schedule, model)
+    assert max(len(p) for p in schedule.pieces) <= max_pieces
+    bound, _ = strongest(lower_bounds(problem), PREEMPTIVE_BOUND_NAMES)
+    assert bound <= schedule.horizon

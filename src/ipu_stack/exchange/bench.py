@@ -8,6 +8,7 @@ from typing import Any
 
 from ipu_stack.errors import GraphError, ScheduleError
 from ipu_stack.exchange.model import ExchangeModel, PhaseSchedule
+from ipu_stack.exchange.schedule_pieces import MAX_PIECES
 from ipu_stack.exchange.scheduler import DEFAULT_TIME_BUDGET, optimize_phase
 from ipu_stack.exchange.snapshot import read_schedule, read_snapshot, write_schedule
 from ipu_stack.exchange.verify import verify_schedule
@@ -25,6 +26,7 @@ FIELDS = (
     "lower_bound_gap",
     "selected_kind",
     "neighborhood_improvements",
+    "pieces",
     "seconds",
 )
 
@@ -35,6 +37,7 @@ def bench_snapshot(
     time_budget: float = DEFAULT_TIME_BUDGET,
     emit_schedule: str | Path | None = None,
     model: ExchangeModel | None = None,
+    max_pieces: int = MAX_PIECES,
 ) -> list[dict[str, Any]]:
     """Schedule every (or one) phase of a snapshot, verify each schedule, report.
 
@@ -44,6 +47,7 @@ def bench_snapshot(
         time_budget: seconds per phase.
         emit_schedule: write the schedules here (schedule format).
         model: the rules (the IPU21's by default).
+        max_pieces: most pieces per transfer (1: no preemption).
 
     Returns:
         One record per phase with the keys of :data:`FIELDS` (``seconds`` covers scheduling
@@ -64,7 +68,7 @@ def bench_snapshot(
     schedules: list[tuple[int, PhaseSchedule]] = []
     for phase_id, exchange_phase in phases:
         started = time.perf_counter()
-        report = optimize_phase(exchange_phase, model, time_budget)
+        report = optimize_phase(exchange_phase, model, time_budget, max_pieces=max_pieces)
         verify_started = time.perf_counter()
         try:
             verify_schedule(exchange_phase, report.schedule, model)

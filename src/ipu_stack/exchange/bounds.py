@@ -18,6 +18,13 @@ Bounds (names as reported in ``tight_bound``):
   shared resource; the cheapest order is bounded below by an assignment relaxation (or found
   exactly for small sets).
 - ``sram-element``: the busiest hazard-shared SRAM element.
+
+Under preemption (a transfer cut into pieces, :mod:`ipu_stack.exchange.schedule_pieces`) the
+port, element, Jackson and chain bounds still hold: Jackson's rule is already the preemptive
+single-machine optimum, and a dependent transfer still starts after its predecessor's last
+piece. The clique bound does not: its pairwise "one goes first" argument fails when pieces of
+two transfers interleave and their latencies on the shared port differ. Those that hold are
+:data:`PREEMPTIVE_BOUND_NAMES`.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ CONFLICT_CLIQUE = "conflict-clique"
 SRAM_ELEMENT = "sram-element"
 #: Order of preference when bounds tie: the simplest explanation wins.
 BOUND_NAMES = (ENDPOINT, SRAM_ELEMENT, LATENCY_ENDPOINT, DEPENDENCY_CHAIN, CONFLICT_CLIQUE)
+#: The bounds that hold for schedules with preempted transfers (see the module docstring).
+PREEMPTIVE_BOUND_NAMES = (ENDPOINT, SRAM_ELEMENT, LATENCY_ENDPOINT, DEPENDENCY_CHAIN)
 #: Cliques up to this size get the exact best order (Held-Karp), larger ones the relaxation.
 EXACT_ORDER_LIMIT = 7
 
@@ -93,10 +102,18 @@ def conflict_lower_bound(phase: ExchangePhase, model: ExchangeModel = IPU21_MODE
     return max(_port_bound(problem), clique_bound(problem))
 
 
-def strongest(bounds: dict[str, int]) -> tuple[int, str]:
-    """The largest of named bounds, ties broken by :data:`BOUND_NAMES` order."""
-    best = max(bounds.values())
-    name = next(name for name in BOUND_NAMES if bounds.get(name) == best)
+def strongest(bounds: dict[str, int], names: tuple[str, ...] | None = None) -> tuple[int, str]:
+    """The largest of named bounds, ties broken by :data:`BOUND_NAMES` order.
+
+    Args:
+        bounds: ``{name: cycles}``.
+        names: only these bounds count (for example :data:`PREEMPTIVE_BOUND_NAMES`); all of
+            ``bounds`` when omitted.
+    """
+    counted = {k: v for k, v in bounds.items() if names is None or k in names}
+    best = max(counted.values())
+    order = BOUND_NAMES + tuple(k for k in counted if k not in BOUND_NAMES)
+    name = next(name for name in order if counted.get(name) == best)
     return best, name
 
 

@@ -44,7 +44,7 @@ HAZARD_RETRIES = 16
 MAX_GLOBAL_WAVES = 64
 
 
-class _Calendar:
+class Calendar:
     """Busy intervals of every resource: sorted, disjoint, merged when touching."""
 
     def __init__(self, resource_count: int) -> None:
@@ -101,7 +101,8 @@ class _Calendar:
             ends.insert(k, end)
 
 
-def _uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
+def transfer_uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
+    """Per transfer, its ``(resource, offset)`` uses."""
     starts = problem.use_starts.tolist()
     resources = problem.use_resources.tolist()
     offsets = problem.use_offsets.tolist()
@@ -117,7 +118,10 @@ def _uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
     ]
 
 
-def _successors(problem: ResourceProblem) -> tuple[list[list[tuple[int, int]]], list[int]]:
+def dependency_successors(
+    problem: ResourceProblem,
+) -> tuple[list[list[tuple[int, int]]], list[int]]:
+    """Per transfer, its ``(successor, delay)`` dependencies; and its number of predecessors."""
     successors: list[list[tuple[int, int]]] = [[] for _ in range(problem.count)]
     waiting = [0] * problem.count
     for b, a, d in zip(
@@ -150,7 +154,7 @@ def dense_greedy(
     pops = 0
     limit = max_work if max_work is not None else 1 << 62
     count = problem.count
-    uses = _uses(problem)
+    uses = transfer_uses(problem)
     durations = problem.durations.tolist()
     sources = problem.arrays.sources.tolist()
     remaining = (
@@ -162,9 +166,9 @@ def dense_greedy(
         .astype(np.int64)
         .tolist()
     )
-    successors, waiting = _successors(problem)
+    successors, waiting = dependency_successors(problem)
     release = [0] * count
-    calendar = _Calendar(problem.resource_count)
+    calendar = Calendar(problem.resource_count)
     start = [-1] * count
 
     pending: dict[int, list[int]] = {}
@@ -244,11 +248,11 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
     """
     count = problem.count
     order = priority_order(problem) if order is None else order
-    uses = _uses(problem)
+    uses = transfer_uses(problem)
     durations = problem.durations.tolist()
-    successors, waiting = _successors(problem)
+    successors, waiting = dependency_successors(problem)
     release = [0] * count
-    calendar = _Calendar(problem.resource_count)
+    calendar = Calendar(problem.resource_count)
     start = [0] * count
     rank = np.empty(count, dtype=np.int64)
     rank[order] = np.arange(count)

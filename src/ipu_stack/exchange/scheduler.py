@@ -10,10 +10,20 @@
    list scheduler with every multicast clique in a short latency-aware order
    (:mod:`ipu_stack.exchange.schedule_cliques`), the event-driven dense greedy, and the plain
    list scheduler;
-3. CP-SAT large-neighbourhood search (:mod:`ipu_stack.exchange.schedule_lns`) on what remains
-   of the time budget, while the schedule is above the bound. When it proves a connected
-   component optimal above the analytical bounds, that optimum is reported as the bound
-   ``component-optimum`` (a proof by exhaustive search, as sound as the formulas).
+3. with ``max_pieces > 1``, when the one-piece schedules leave a gap, the preemptive list
+   scheduler (:mod:`ipu_stack.exchange.schedule_pieces`; in multicast-heavy phases it takes
+   the dense greedy's place);
+4. CP-SAT large-neighbourhood search (:mod:`ipu_stack.exchange.schedule_lns`) on the best
+   one-piece schedule with what remains of the time budget, while it is above the bound. When
+   it proves a connected component optimal above the analytical bounds, that optimum is
+   reported as the bound ``component-optimum`` (a proof by exhaustive search, as sound as the
+   formulas, for one-piece schedules).
+
+The selected schedule is the one that ends first (one piece per transfer on a tie). Its
+``strongest_lower_bound`` is the strongest bound that holds for its class: every bound for a
+one-piece schedule, :data:`~ipu_stack.exchange.bounds.PREEMPTIVE_BOUND_NAMES` for a preemptive
+one (a non-preemptive proof such as a clique order or a CP-SAT optimum says nothing about
+schedules whose pieces interleave). ``bounds`` lists every bound computed.
 
 It reports the selected schedule and the seed's fields (``selected_kind``,
 ``neighborhood_improvements``, ...). Optional stages are budgeted from the phase's size and from
@@ -31,7 +41,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ipu_stack.exchange.bounds import ENDPOINT, lower_bounds, strongest
+from ipu_stack.exchange.bounds import (
+    ENDPOINT,
+    PREEMPTIVE_BOUND_NAMES,
+    lower_bounds,
+    strongest,
+)
 from ipu_stack.exchange.constraints import ResourceProblem, compile_phase
 from ipu_stack.exchange.model import (
     IPU21_MODEL,
@@ -42,7 +57,19 @@ from ipu_stack.exchange.model import (
     maximum_identical_destinations,
 )
 from ipu_stack.exchange.schedule_cliques import clique_order
-from ipu_stack.exchange.schedule_greedy import dense_greedy, earliest_fit, horizon_of, wave_order
+from ipu_stack.exchange.schedule_greedy import (
+    dense_greedy,
+    earliest_fit,
+    horizon_of,
+    priority_order,
+    wave_order,
+)
+from ipu_stack.exchange.schedule_pieces import (
+    MAX_PIECES,
+    pieces_horizon,
+    preemptive_fit,
+    schedule_from_pieces,
+)
 
 IntArray = npt.NDArray[np.int64]
 #: Default seconds for the whole of one phase's scheduling (bounds, greedies, improvement).
@@ -56,6 +83,10 @@ LIST_SECONDS_PER_USE = 10e-6
 #: the share of the budget it may plan for.
 DENSE_SECONDS_PER_WORK = 2.0e-6
 DENSE_SHARE = 0.5
+#: The preemptive list scheduler's measured seconds per resource use (10-24 us on 2 cores)
+#: and the share of the budget it may plan for.
+PIECES_SECONDS_PER_USE = 20e-6
+PIECES_SHARE = 0.6
 #: Wall-clock guard for the optional constructive stage, as a share of the budget.
 GUARD_SHARE = 0.75
 #: Share of the budget the improvement stage plans for (in CP-SAT deterministic time).
@@ -66,6 +97,7 @@ COMPONENT_OPTIMUM = "component-optimum"
 EARLIEST_FIT = "earliest-fit"
 WAVES = "matching-waves"
 CLIQUE_PATHS = "clique-paths"
+PREEMPTIVE_FIT = "preemptive-fit"
 
 
 @dataclass(slots=True)
@@ -85,6 +117,7 @@ class PhaseReport:
     neighborhood_improvements: int
     seconds: float
     bounds: dict[str, int] = field(default_factory=dict)
+    pieces: int = 0
 
     def log_fields(self) -> dict[str, object]:
         """The fields of the build's "optimized physical exchange schedule" log line."""
@@ -105,6 +138,7 @@ class PhaseReport:
             "lower_bound_gap": self.lower_bound_gap,
             "selected_kind": self.selected_kind,
             "neighborhood_improvements": self.neighborhood_improvements,
+            "pieces": self.pieces,
             "seconds": round(self.seconds, 4),
         }
 
@@ -128,6 +162,7 @@ def optimize_phase(
     time_budget: float = DEFAULT_TIME_BUDGET,
     target_gap: float = 0.0,
     wall_clock_guards: bool = True,
+    max_pieces: int = MAX_PIECES,
 ) -> PhaseReport:
     """Schedule one phase as well as the time budget allows.
 
@@ -141,6 +176,7 @@ def optimize_phase(
         time_budget: wall-clock seconds for the whole call; the improvement stage uses what the
             bounds and greedies leave (0 skips it).
         target_gap: stop improving once ``horizon <= bound * (1 + target_gap)``.
+        max_pieces: most pieces per transfer; 1 allows no preemption.
 
     Returns:
         The report with the selected schedule.
@@ -154,7 +190,7 @@ def optimize_phase(
     if problem.count == 0:
         empty = PhaseSchedule((), 0, DENSE_GREEDY, model, ())
         return PhaseReport(
-            empty, 0, 0, 0, 0, 0, 0, ENDPOINT, 0, DENSE_GREEDY, 0, time.perf_counter() - started, {}
+            empty, 0, 0, 0, 0, 0, 0, ENDPOINT, 0, DENSE_GREEDY, 0, time.perf_counter() - started
         )
     # Constructive stages run when the budget covers their estimated cost; estimates depend
     # only on the phase's size, never on the clock, so the same phase and budget always take
@@ -162,6 +198,8 @@ def optimize_phase(
     budget = max(time_budget, 0.0)
     bounds = lower_bounds(problem)
     bound, tight = strongest(bounds)
+    preemptive_bound, preemptive_tight = strongest(bounds, PREEMPTIVE_BOUND_NAMES)
+    preempt = max_pieces > 1
     candidates: list[tuple[IntArray, str]] = []
 
     def worth(estimate: float) -> bool:
@@ -184,7 +222,7 @@ def optimize_phase(
         order = clique_order(problem)
         if order is not None:
             candidates.append((earliest_fit(problem, order), CLIQUE_PATHS))
-        if budget > 0 and worth(0.0):
+        if budget > 0 and worth(0.0) and not preempt:
             # The dense greedy gives up deterministically after its share of the budget's
             # work; the list scheduler then stands in.
             dense = dense_greedy(
@@ -198,27 +236,42 @@ def optimize_phase(
             candidates.append((earliest_fit(problem), EARLIEST_FIT))
     starts, kind = min(candidates, key=lambda c: (horizon_of(problem, c[0]), c[1]))
     initial = horizon_of(problem, starts)
-    improvements = 0
     good_enough = int(bound * (1.0 + target_gap))
+    pieces = None
+    pieces_end = 0
+    affordable = PIECES_SECONDS_PER_USE * uses <= PIECES_SHARE * budget
+    if preempt and initial > good_enough and budget > 0 and affordable:
+        trial = preemptive_fit(problem, priority_order(problem), max_pieces=max_pieces)
+        if pieces_horizon(problem, trial) < initial:
+            pieces, pieces_end = trial, pieces_horizon(problem, trial)
+    improvements = 0
     # Leave some of the budget for building the schedule after the search.
     deadline = started + 0.85 * budget - 0.02 if wall_clock_guards else float("inf")
-    if initial > good_enough and budget > 0 and time.perf_counter() < deadline:
+    settled = pieces is not None and pieces_end <= int(preemptive_bound * (1.0 + target_gap))
+    if initial > good_enough and not settled and budget > 0 and time.perf_counter() < deadline:
         from ipu_stack.exchange.schedule_lns import improve
 
         result = improve(problem, starts, bound, deadline, good_enough, IMPROVEMENT_SHARE * budget)
         if result.improvements:
             starts, kind, improvements = result.starts, result.kind, result.improvements
         if result.proven_bound > bound:
-            # CP-SAT proved a whole component optimal: a true lower bound on the phase.
+            # CP-SAT proved a whole component optimal: a true lower bound on one-piece schedules.
             bounds[COMPONENT_OPTIMUM] = result.proven_bound
             bound, tight = result.proven_bound, COMPONENT_OPTIMUM
     horizon = horizon_of(problem, starts)
-    schedule = schedule_from_starts(problem, starts, kind, model)
+    if pieces is not None and pieces_end < horizon:
+        schedule = schedule_from_pieces(problem, pieces, PREEMPTIVE_FIT, model)
+        horizon, kind, improvements = pieces_end, PREEMPTIVE_FIT, 0
+        bound, tight = preemptive_bound, preemptive_tight
+        piece_count = pieces.count
+    else:
+        schedule = schedule_from_starts(problem, starts, kind, model)
+        piece_count = problem.count
     return PhaseReport(
         schedule=schedule,
         transfers=problem.count,
         maximum_identical_destinations=maximum_identical_destinations(phase),
-        initial_horizon=initial,
+        initial_horizon=min(initial, pieces_end) if pieces is not None else initial,
         selected_horizon=horizon,
         endpoint_lower_bound=bounds[ENDPOINT],
         strongest_lower_bound=bound,
@@ -228,6 +281,7 @@ def optimize_phase(
         neighborhood_improvements=improvements,
         seconds=time.perf_counter() - started,
         bounds=bounds,
+        pieces=piece_count,
     )
 
 
