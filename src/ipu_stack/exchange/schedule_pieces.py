@@ -131,6 +131,22 @@ def preemptive_fit(
     return PieceStarts(*(a[by_transfer] for a in arrays))
 
 
+def difficulty_order(problem: ResourceProblem) -> IntArray:
+    """Transfers hardest to fit late first: the loads of all their resources, times length.
+
+    A multicast needs all its ports free at once; the more ports and the fuller they are, the
+    fewer common windows remain once the calendars fill, so such transfers go first.
+    """
+    load = np.bincount(
+        problem.use_resources,
+        weights=problem.durations[problem.use_transfers],
+        minlength=problem.resource_count,
+    )
+    total = np.add.reduceat(load[problem.use_resources], problem.use_starts[:-1])
+    difficulty = total * problem.durations
+    return np.lexsort((np.arange(problem.count), -difficulty)).astype(np.int64)
+
+
 def _window(calendar: Calendar, uses: list[tuple[int, int]], time: int) -> int:
     """Cycles from ``time`` for which every use stays free (uses are free at ``time``)."""
     window = _NEVER
@@ -171,9 +187,7 @@ def schedule_from_pieces(
     sends = pieces.send.tolist()
     bounds_of = np.searchsorted(pieces.owner, np.arange(problem.count + 1)).tolist()
     grouped = tuple(
-        tuple(
-            Piece(sends[k], offsets[k], words[k]) for k in range(bounds_of[i], bounds_of[i + 1])
-        )
+        tuple(Piece(sends[k], offsets[k], words[k]) for k in range(bounds_of[i], bounds_of[i + 1]))
         for i in range(problem.count)
     )
     first_send = pieces.send[np.asarray(bounds_of[:-1], dtype=np.int64)]

@@ -66,6 +66,7 @@ from ipu_stack.exchange.schedule_greedy import (
 )
 from ipu_stack.exchange.schedule_pieces import (
     MAX_PIECES,
+    difficulty_order,
     pieces_horizon,
     preemptive_fit,
     schedule_from_pieces,
@@ -239,11 +240,19 @@ def optimize_phase(
     good_enough = int(bound * (1.0 + target_gap))
     pieces = None
     pieces_end = 0
-    affordable = PIECES_SECONDS_PER_USE * uses <= PIECES_SHARE * budget
-    if preempt and initial > good_enough and budget > 0 and affordable:
-        trial = preemptive_fit(problem, priority_order(problem), max_pieces=max_pieces)
-        if pieces_horizon(problem, trial) < initial:
-            pieces, pieces_end = trial, pieces_horizon(problem, trial)
+    if preempt and initial > good_enough and budget > 0:
+        # Hardest-to-fit first, then the one-piece priority order, while the budget covers it.
+        planned = 0.0
+        for make_order in (difficulty_order, priority_order):
+            planned += PIECES_SECONDS_PER_USE * uses
+            if planned > PIECES_SHARE * budget:
+                break
+            trial = preemptive_fit(problem, make_order(problem), max_pieces=max_pieces)
+            end = pieces_horizon(problem, trial)
+            if end < min(initial, pieces_end or initial):
+                pieces, pieces_end = trial, end
+            if pieces_end and pieces_end <= int(preemptive_bound * (1.0 + target_gap)):
+                break
     improvements = 0
     # Leave some of the budget for building the schedule after the search.
     deadline = started + 0.85 * budget - 0.02 if wall_clock_guards else float("inf")
