@@ -15,8 +15,9 @@ Bounds (names as reported in ``tight_bound``):
 - ``dependency-chain``: the longest memory-dependency path, with latency.
 - ``conflict-clique``: a set of transfers that pairwise share a resource must run in some order,
   each pair separated by at least its duration corrected by the latency difference on the
-  shared resource; the cheapest order is bounded below by an assignment relaxation (or found
-  exactly for small sets).
+  shared resource; the cheapest order is found exactly (Held-Karp, :mod:`paths`) for small
+  sets and, within a work budget, for the big cliques with the best relaxed values; otherwise
+  bounded below by an assignment relaxation.
 - ``sram-element``: the busiest hazard-shared SRAM element.
 
 Under preemption (a transfer cut into pieces, :mod:`ipu_stack.exchange.schedule_pieces`) the
@@ -37,8 +38,11 @@ from scipy.optimize import linear_sum_assignment
 
 from ipu_stack.exchange.constraints import ELEMENT, ResourceProblem, compile_phase
 from ipu_stack.exchange.model import IPU21_MODEL, ExchangeModel, ExchangePhase
+from ipu_stack.exchange.paths import EXACT_LIMIT, exact_path
+from ipu_stack.exchange.paths import exact_work as exact_work_units
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 ENDPOINT = "endpoint"
 LATENCY_ENDPOINT = "latency-endpoint"
@@ -117,11 +121,13 @@ def strongest(bounds: dict[str, int], names: tuple[str, ...] | None = None) -> t
     return best, name
 
 
-def lower_bounds(problem: ResourceProblem) -> dict[str, int]:
+def lower_bounds(problem: ResourceProblem, exact_work: int = 0) -> dict[str, int]:
     """Every bound of a compiled phase, by name.
 
     Args:
         problem: the compiled phase.
+        exact_work: work units (see :func:`ipu_stack.exchange.paths.exact_work`) the clique
+            bound may spend on exact orders of cliques too big for the default exact limit.
 
     Returns:
         ``{name: cycles}`` for every name in :data:`BOUND_NAMES`.
@@ -139,7 +145,9 @@ def lower_bounds(problem: ResourceProblem) -> dict[str, int]:
     }
     floor = max(bounds[ENDPOINT], bounds[SRAM_ELEMENT])
     bounds[LATENCY_ENDPOINT] = max(bounds[ENDPOINT], jackson_bound(problem, heads, tails, floor))
-    bounds[CONFLICT_CLIQUE] = max(bounds[ENDPOINT], clique_bound(problem, heads, tails))
+    bounds[CONFLICT_CLIQUE] = max(
+        bounds[ENDPOINT], clique_bound(problem, heads, tails, exact_work=exact_work)
+    )
     return bounds
 
 
@@ -233,6 +241,7 @@ def clique_bound(
     tails: IntArray | None = None,
     max_seeds: int = 48,
     max_candidates: int = 512,
+    exact_work: int = 0,
 ) -> int:
     """The conflict-clique bound (0 when no clique beats a single resource).
 
@@ -247,6 +256,9 @@ def clique_bound(
         tails: start-to-horizon minima (computed when omitted).
         max_seeds: number of busiest resources whose transfer sets seed the greedy.
         max_candidates: candidates examined per seed.
+        exact_work: work units for exact orders of cliques above :data:`EXACT_ORDER_LIMIT`
+            members (up to :data:`ipu_stack.exchange.paths.EXACT_LIMIT`), spent on the cliques
+            with the best relaxed bounds first; the relaxation stands in for the others.
 
     Returns:
         The best clique bound found, in cycles.
@@ -270,6 +282,7 @@ def clique_bound(
     durations = problem.durations
     best = 0
     seen: set[frozenset[int]] = set()
+    relaxed: list[tuple[int, tuple[FloatArray, FloatArray, FloatArray]]] = []
     for seed in seeds:
         members = problem.use_transfers[order[bounds_of[seed] : bounds_of[seed + 1]]].tolist()
         if len(members) < 1:
@@ -290,7 +303,19 @@ def clique_bound(
         if len(members) < 2 or key in seen:
             continue
         seen.add(key)
-        best = max(best, _ordered_clique_bound(problem, members, heads, tails))
+        ordered = _ordered_clique(problem, members, heads, tails)
+        if ordered is not None:
+            value, exact, order_inputs = ordered
+            best = max(best, value)
+            if not exact and order_inputs[1].size <= EXACT_LIMIT:
+                relaxed.append((value, order_inputs))
+    # Exact orders for the big cliques with the best relaxed values, while the work lasts.
+    for _, (separation, head, tail) in sorted(relaxed, key=lambda r: -r[0]):
+        cost = exact_work_units(head.size)
+        if cost > exact_work:
+            continue
+        exact_work -= cost
+        best = max(best, int(np.ceil(exact_path(separation, head, tail)[0] - 1e-9)))
     return best
 
 
@@ -324,9 +349,15 @@ def clique_separations(problem: ResourceProblem, members: list[int]) -> npt.NDAr
     return best
 
 
-def _ordered_clique_bound(
+def _ordered_clique(
     problem: ResourceProblem, members: list[int], heads: IntArray, tails: IntArray
-) -> int:
+) -> tuple[int, bool, tuple[FloatArray, FloatArray, FloatArray]] | None:
+    """The clique's order bound: ``(value, exact, (separation, head, tail))``, or None.
+
+    Members without a usable shared resource with some other member are dropped first (a
+    smaller clique is still sound). Up to :data:`EXACT_ORDER_LIMIT` members the cheapest order
+    is exact; above, the assignment relaxation bounds it.
+    """
     members = list(members)
     while True:
         separation = clique_separations(problem, members)
@@ -334,47 +365,22 @@ def _ordered_clique_bound(
         np.fill_diagonal(missing, False)
         if not missing.any():
             break
-        # Drop the member with the most unusable pairs; a smaller clique is still sound.
+        # Drop the member with the most unusable pairs.
         members.pop(int(np.argmax(missing.sum(axis=0) + missing.sum(axis=1))))
         if len(members) < 2:
-            return 0
+            return None
     head = heads[members].astype(np.float64)
     tail = tails[members].astype(np.float64)
+    inputs = (separation, head, tail)
     if len(members) <= EXACT_ORDER_LIMIT:
-        return int(np.ceil(_best_path(separation, head, tail) - 1e-9))
-    return int(np.ceil(_assignment_bound(separation, head, tail) - 1e-9))
-
-
-def _best_path(
-    separation: npt.NDArray[np.float64],
-    head: npt.NDArray[np.float64],
-    tail: npt.NDArray[np.float64],
-) -> float:
-    """Exact min over orders of ``head_first + sum of separations + tail_last`` (Held-Karp)."""
-    n = head.size
-    full = 1 << n
-    cost = np.full((full, n), np.inf)
-    for v in range(n):
-        cost[1 << v, v] = head[v]
-    weights = np.where(np.isnan(separation), np.inf, separation)
-    for mask in range(1, full):
-        row = cost[mask]
-        if not np.isfinite(row).any():
-            continue
-        for v in range(n):
-            if mask >> v & 1:
-                continue
-            candidate = np.min(row + weights[:, v])
-            target = mask | (1 << v)
-            if candidate < cost[target, v]:
-                cost[target, v] = candidate
-    return float(np.min(cost[full - 1] + tail))
+        return int(np.ceil(exact_path(*inputs)[0] - 1e-9)), True, inputs
+    return int(np.ceil(_assignment_bound(*inputs) - 1e-9)), False, inputs
 
 
 def _assignment_bound(
-    separation: npt.NDArray[np.float64],
-    head: npt.NDArray[np.float64],
-    tail: npt.NDArray[np.float64],
+    separation: FloatArray,
+    head: FloatArray,
+    tail: FloatArray,
 ) -> float:
     """Assignment relaxation of the cheapest order (a Hamiltonian path closed by a dummy)."""
     n = head.size

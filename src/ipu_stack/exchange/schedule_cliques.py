@@ -5,9 +5,9 @@ the group's transfers pairwise share a receive port and must run one after anoth
 latency any order is optimal; with latency the gap needed between two consecutive transfers
 depends on the pair (the separation of :func:`ipu_stack.exchange.bounds.clique_separations`),
 so the order matters. This module finds, for every connected component that is such a clique,
-a short Hamiltonian path through the separations (exact for small cliques, nearest neighbour
-from every start otherwise) and returns a transfer order for the list scheduler: the cliques'
-transfers in path order, then everything else by static priority.
+a short Hamiltonian path through the separations (:mod:`ipu_stack.exchange.paths`: exact for
+small cliques, nearest neighbour plus or-opt otherwise) and returns a transfer order for the
+list scheduler: the cliques' transfers in path order, then everything else by static priority.
 
 Limits: components that are not cliques (overlapping groups) keep the static priority order.
 """
@@ -19,13 +19,13 @@ import numpy.typing as npt
 
 from ipu_stack.exchange.bounds import clique_separations
 from ipu_stack.exchange.constraints import ResourceProblem
+from ipu_stack.exchange.paths import exact_path, short_path
 from ipu_stack.exchange.schedule_greedy import priority_order
 from ipu_stack.exchange.schedule_lns import components
 
 IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-#: Cliques up to this size are ordered exactly (Held-Karp over subsets).
-EXACT_LIMIT = 5
+#: Cliques up to this size are ordered exactly (Held-Karp over subsets, under 1 ms each).
+EXACT_LIMIT = 8
 #: Largest clique sequenced (bigger components keep the static order).
 CLIQUE_LIMIT = 96
 
@@ -56,7 +56,12 @@ def clique_order(problem: ResourceProblem) -> IntArray | None:
         off_diagonal = ~np.eye(members.size, dtype=bool)
         if np.isnan(separation[off_diagonal]).any():
             continue  # not a clique
-        path = _short_path(separation, heads[members].astype(float), tails[members].astype(float))
+        head = heads[members].astype(float)
+        tail = tails[members].astype(float)
+        if members.size <= EXACT_LIMIT:
+            _, path = exact_path(separation, head, tail)
+        else:
+            _, path = short_path(separation, head, tail)
         sequenced.append(members[path])
     if not sequenced:
         return None
@@ -68,58 +73,3 @@ def clique_order(problem: ResourceProblem) -> IntArray | None:
     position = np.concatenate([np.arange(p.size) for p in sequenced])
     first = first[np.argsort(position, kind="stable")]
     return np.concatenate((first, rest[~taken[rest]])).astype(np.int64)
-
-
-def _short_path(separation: FloatArray, head: FloatArray, tail: FloatArray) -> IntArray:
-    """An order minimising ``head_first + sum of separations + tail_last`` (heuristically)."""
-    n = head.size
-    weights = np.where(np.isnan(separation), np.inf, separation)
-    if n <= EXACT_LIMIT:
-        return _exact_path(weights, head, tail)
-    # Nearest neighbour from every start at once, then the best complete path.
-    rows = np.arange(n)
-    current = rows.copy()
-    visited = np.zeros((n, n), dtype=bool)
-    visited[rows, current] = True
-    cost = head.copy()
-    paths = [current.copy()]
-    for _ in range(n - 1):
-        step = np.where(visited, np.inf, weights[current])
-        nxt = np.argmin(step, axis=1)
-        cost += step[rows, nxt]
-        visited[rows, nxt] = True
-        current = nxt
-        paths.append(current.copy())
-    cost += tail[current]
-    best = int(np.argmin(cost))
-    return np.asarray([p[best] for p in paths], dtype=np.int64)
-
-
-def _exact_path(weights: FloatArray, head: FloatArray, tail: FloatArray) -> IntArray:
-    n = head.size
-    full = 1 << n
-    cost = np.full((full, n), np.inf)
-    parent = np.full((full, n), -1, dtype=np.int64)
-    for v in range(n):
-        cost[1 << v, v] = head[v]
-    for mask in range(1, full):
-        row = cost[mask]
-        if not np.isfinite(row).any():
-            continue
-        for v in range(n):
-            if mask >> v & 1:
-                continue
-            candidates = row + weights[:, v]
-            u = int(np.argmin(candidates))
-            target = mask | (1 << v)
-            if candidates[u] < cost[target, v]:
-                cost[target, v] = candidates[u]
-                parent[target, v] = u
-    last = int(np.argmin(cost[full - 1] + tail))
-    path = [last]
-    mask = full - 1
-    while parent[mask, path[-1]] >= 0:
-        previous = int(parent[mask, path[-1]])
-        mask ^= 1 << path[-1]
-        path.append(previous)
-    return np.asarray(path[::-1], dtype=np.int64)

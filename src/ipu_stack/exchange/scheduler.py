@@ -90,6 +90,9 @@ PIECES_SECONDS_PER_USE = 20e-6
 PIECES_SHARE = 0.6
 #: Wall-clock guard for the optional constructive stage, as a share of the budget.
 GUARD_SHARE = 0.75
+#: Work units per budget second the clique bound may spend on exact orders of big cliques
+#: (Held-Karp, about 10 ns per unit on a 2-core machine: a quarter of the budget).
+CLIQUE_EXACT_WORK_PER_SECOND = 27_000_000
 #: Share of the budget the improvement stage plans for (in CP-SAT deterministic time).
 IMPROVEMENT_SHARE = 0.5
 DENSE_GREEDY = "dense-greedy"
@@ -197,7 +200,7 @@ def optimize_phase(
     # only on the phase's size, never on the clock, so the same phase and budget always take
     # the same path. At least one schedule (the list scheduler's) is always made.
     budget = max(time_budget, 0.0)
-    bounds = lower_bounds(problem)
+    bounds = lower_bounds(problem, int(CLIQUE_EXACT_WORK_PER_SECOND * budget))
     bound, tight = strongest(bounds)
     preemptive_bound, preemptive_tight = strongest(bounds, PREEMPTIVE_BOUND_NAMES)
     preempt = max_pieces > 1
