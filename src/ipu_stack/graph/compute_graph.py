@@ -152,9 +152,7 @@ class ComputeGraph:
         if kind in ("view", "transpose", "slice", "repeat") and inputs:
             scale_exponent = inputs[0].scale_exponent  # data movement keeps the F8 scale
         if dtype == "f8" and kind not in F8_KINDS:
-            raise GraphError(
-                f"{op_name}: {kind} does not take F8 operands; cast them to f16 first"
-            )
+            raise GraphError(f"{op_name}: {kind} does not take F8 operands; cast them to f16 first")
         out = self._new_value(f"{op_name}.out", shape, dtype, "operation", scale_exponent)
         self.operations.append(
             Operation(
@@ -376,9 +374,7 @@ class ComputeGraph:
             "flash_attention", (q, k, v), shape, dtype, op_name, causal=bool(causal), scale=scale
         )
 
-    def cast(
-        self, x: Value, dtype: str, name: str | None = None, scale_exponent: int = 0
-    ) -> Value:
+    def cast(self, x: Value, dtype: str, name: str | None = None, scale_exponent: int = 0) -> Value:
         """Convert to another precision (to F8: stored as ``x / 2**scale_exponent``)."""
         x = self._check(x)
         op_name = self._name("cast", name)
@@ -425,7 +421,8 @@ class ComputeGraph:
             it_in.append(sub.parameter(f"{op_name}/iterated{j}", v.shape[1:], v.dtype))
         result = body(sub, c_in, inv_in, it_in)
         if not isinstance(result, Value) or (result.shape, result.dtype) != (
-            carried.shape, carried.dtype
+            carried.shape,
+            carried.dtype,
         ):
             raise GraphError(
                 f"{op_name}: the body must return a value of the carried shape {carried.shape} "

@@ -22,8 +22,23 @@ def repeat_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Ca
     carry = ipu21.EXCHANGE_PHASE_OVERHEAD + fmt.shard_bytes() // ipu21.WORD_BYTES
     cycles = count * (best.cycles + carry)
     exchange = count * (best.exchange_cycles + carry)
-    footprint = Footprint(best.peak_standard, best.peak_interleaved,
-                          best.max_standard_allocation, best.exchange_row_bytes)
+    footprint = Footprint(
+        best.peak_standard,
+        best.peak_interleaved,
+        best.max_standard_allocation,
+        best.exchange_row_bytes,
+    )
     tiles_used = max((c.active_tiles for c in best.choices.values()), default=1)
-    return [Candidate(op.name, "repeat", ("repeat", count), tuple(None for _ in op.inputs), fmt,
-                      cycles, exchange, footprint, tiles_used)]
+    return [
+        Candidate(
+            op.name,
+            "repeat",
+            ("repeat", count),
+            tuple(None for _ in op.inputs),
+            fmt,
+            cycles,
+            exchange,
+            footprint,
+            tiles_used,
+        )
+    ]
