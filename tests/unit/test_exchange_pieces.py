@@ -1,0 +1,22 @@
+"""The preemptive list scheduler inside the scheduler: determinism and the piece rules."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ipu_stack.exchange.model import IPU21_MODEL
+from ipu_stack.exchange.patterns import multicast_phase
+from ipu_stack.exchange.schedule_pieces import MAX_PIECES, MIN_PIECE
+from ipu_stack.exchange.scheduler import optimize_phase
+
+
+def test_preemptive_schedules_are_deterministic_and_respect_the_piece_rules() -> None:
+    phase = multicast_phase(np.random.default_rng(0), 150, tile_count=128)
+    first = optimize_phase(phase, IPU21_MODEL, 0.5, wall_clock_guards=False)
+    second = optimize_phase(phase, IPU21_MODEL, 0.5, wall_clock_guards=False)
+    assert first.selected_kind == "preemptive-fit"
+    assert first.schedule == second.schedule
+    assert first.pieces == sum(len(p) for p in first.schedule.pieces) > len(phase.transfers)
+    for pieces in first.schedule.pieces:
+        assert 1 <= len(pieces) <= MAX_PIECES
+        assert all(piece.words >= MIN_PIECE for piece in pieces[:-1])
