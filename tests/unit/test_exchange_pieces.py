@@ -20,3 +20,15 @@ def test_preemptive_schedules_are_deterministic_and_respect_the_piece_rules() ->
     for pieces in first.schedule.pieces:
         assert 1 <= len(pieces) <= MAX_PIECES
         assert all(piece.words >= MIN_PIECE for piece in pieces[:-1])
+
+
+def test_preemptive_bound_leaves_out_the_clique_bound() -> None:
+    from ipu_stack.exchange.bounds import strongest_lower_bound
+    from ipu_stack.exchange.model import PORTS_ONLY
+    from ipu_stack.exchange.patterns import all_gather_phase
+
+    # An all-gather group of 4: the clique bound (4 chunks) is proven for one-piece schedules;
+    # the preemptive bound keeps only the bounds whose proofs survive preemption (3 chunks).
+    phase = all_gather_phase(4, 16, tile_count=8)
+    assert strongest_lower_bound(phase, PORTS_ONLY) == (64, "conflict-clique")
+    assert strongest_lower_bound(phase, PORTS_ONLY, preemptive=True) == (48, "endpoint")

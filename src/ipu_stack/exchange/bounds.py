@@ -73,13 +73,15 @@ def endpoint_lower_bound(phase: ExchangePhase, model: ExchangeModel = IPU21_MODE
 
 
 def strongest_lower_bound(
-    phase: ExchangePhase, model: ExchangeModel = IPU21_MODEL
+    phase: ExchangePhase, model: ExchangeModel = IPU21_MODEL, preemptive: bool = False
 ) -> tuple[int, str]:
     """The strongest available lower bound and the name of the bound that attains it.
 
     Args:
         phase: the phase (validated first).
         model: the rules.
+        preemptive: only bounds that also hold when transfers are cut into pieces
+            (:data:`PREEMPTIVE_BOUND_NAMES`); by default, bounds on one-piece schedules.
 
     Returns:
         ``(value, name)``; ties go to the first name in :data:`BOUND_NAMES`.
@@ -87,7 +89,8 @@ def strongest_lower_bound(
     phase.validate()
     if not phase.transfers:
         return 0, ENDPOINT
-    return strongest(lower_bounds(compile_phase(phase, model)))
+    names = PREEMPTIVE_BOUND_NAMES if preemptive else None
+    return strongest(lower_bounds(compile_phase(phase, model)), names)
 
 
 def conflict_lower_bound(phase: ExchangePhase, model: ExchangeModel = IPU21_MODEL) -> int:
