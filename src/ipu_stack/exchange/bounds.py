@@ -139,7 +139,7 @@ def lower_bounds(problem: ResourceProblem, exact_work: int = 0) -> dict[str, int
         return dict.fromkeys(BOUND_NAMES, 0)
     heads = problem.heads()
     tails = problem.tails()
-    load = _resource_loads(problem)
+    load = problem.resource_loads()
     element = problem.resource_kinds == ELEMENT
     bounds = {
         ENDPOINT: int(load[~element].max(initial=0)),
@@ -154,15 +154,8 @@ def lower_bounds(problem: ResourceProblem, exact_work: int = 0) -> dict[str, int
     return bounds
 
 
-def _resource_loads(problem: ResourceProblem) -> IntArray:
-    weights = problem.durations[problem.use_transfers]
-    return np.bincount(
-        problem.use_resources, weights=weights, minlength=problem.resource_count
-    ).astype(np.int64)
-
-
 def _port_bound(problem: ResourceProblem) -> int:
-    load = _resource_loads(problem)
+    load = problem.resource_loads()
     return int(load[problem.resource_kinds != ELEMENT].max(initial=0))
 
 
@@ -276,7 +269,7 @@ def clique_bound(
     resources = problem.use_resources
     order = np.argsort(resources, kind="stable")
     bounds_of = np.searchsorted(resources[order], np.arange(problem.resource_count + 1))
-    load = _resource_loads(problem)
+    load = problem.resource_loads()
     seeds = np.argsort(-load, kind="stable")[:max_seeds].tolist()
     starts = problem.use_starts
     resource_sets = [

@@ -84,6 +84,14 @@ class ResourceProblem:
     words_per_cycle: IntArray
     arrays: PhaseArrays
 
+    def resource_loads(self) -> IntArray:
+        """Cycles of work on every resource (each use counts its transfer's duration)."""
+        weights = self.durations[self.use_transfers]
+        # bincount on int weights goes through float64: exact far above any phase's load.
+        return np.bincount(
+            self.use_resources, weights=weights, minlength=self.resource_count
+        ).astype(np.int64)
+
     def heads(self) -> IntArray:
         """Earliest start of every transfer allowed by the dependencies alone."""
         head = np.zeros(self.count, dtype=np.int64)

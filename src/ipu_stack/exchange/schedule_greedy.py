@@ -157,15 +157,7 @@ def dense_greedy(
     uses = transfer_uses(problem)
     durations = problem.durations.tolist()
     sources = problem.arrays.sources.tolist()
-    remaining = (
-        np.bincount(
-            problem.use_resources,
-            weights=problem.durations[problem.use_transfers],
-            minlength=problem.resource_count,
-        )
-        .astype(np.int64)
-        .tolist()
-    )
+    remaining = problem.resource_loads().tolist()
     successors, waiting = dependency_successors(problem)
     release = [0] * count
     calendar = Calendar(problem.resource_count)
@@ -310,13 +302,9 @@ def wave_order(problem: ResourceProblem) -> IntArray | None:
 
 def _heaviest(problem: ResourceProblem) -> IntArray:
     """Per transfer, the total load of its busiest resource."""
-    load = np.bincount(
-        problem.use_resources,
-        weights=problem.durations[problem.use_transfers],
-        minlength=problem.resource_count,
-    )
+    load = problem.resource_loads()
     heaviest = np.zeros(problem.count, dtype=np.int64)
-    np.maximum.at(heaviest, problem.use_transfers, load[problem.use_resources].astype(np.int64))
+    np.maximum.at(heaviest, problem.use_transfers, load[problem.use_resources])
     return heaviest
 
 

@@ -137,11 +137,7 @@ def difficulty_order(problem: ResourceProblem) -> IntArray:
     A multicast needs all its ports free at once; the more ports and the fuller they are, the
     fewer common windows remain once the calendars fill, so such transfers go first.
     """
-    load = np.bincount(
-        problem.use_resources,
-        weights=problem.durations[problem.use_transfers],
-        minlength=problem.resource_count,
-    )
+    load = problem.resource_loads()
     total = np.add.reduceat(load[problem.use_resources], problem.use_starts[:-1])
     difficulty = total * problem.durations
     return np.lexsort((np.arange(problem.count), -difficulty)).astype(np.int64)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
@@ -213,9 +214,12 @@ def optimize_phase(
         return best > bound and estimate <= OPTIONAL_SHARE * budget
 
     uses = int(problem.use_transfers.size)
+    # The static priority order (with its matching waves) serves several stages: make it once.
+    by_priority = cache(lambda: priority_order(problem))
+
     unicast_heavy = bool((problem.arrays.fanouts == 1).mean() >= 0.5)
     if unicast_heavy:
-        candidates.append((earliest_fit(problem), EARLIEST_FIT))
+        candidates.append((earliest_fit(problem, by_priority()), EARLIEST_FIT))
         # Sums of permutations and reduce-scatters: all unicasts in matching waves.
         if worth(WAVES_SECONDS_PER_USE * uses):
             order = wave_order(problem)
@@ -237,7 +241,7 @@ def optimize_phase(
             if dense is not None:
                 candidates.append((dense, DENSE_GREEDY))
         if worth(LIST_SECONDS_PER_USE * uses):
-            candidates.append((earliest_fit(problem), EARLIEST_FIT))
+            candidates.append((earliest_fit(problem, by_priority()), EARLIEST_FIT))
     starts, kind = min(candidates, key=lambda c: (horizon_of(problem, c[0]), c[1]))
     initial = horizon_of(problem, starts)
     good_enough = int(bound * (1.0 + target_gap))
@@ -246,11 +250,11 @@ def optimize_phase(
     if preempt and initial > good_enough and budget > 0:
         # Hardest-to-fit first, then the one-piece priority order, while the budget covers it.
         planned = 0.0
-        for make_order in (difficulty_order, priority_order):
+        for make_order in (lambda: difficulty_order(problem), by_priority):
             planned += PIECES_SECONDS_PER_USE * uses
             if planned > PIECES_SHARE * budget:
                 break
-            trial = preemptive_fit(problem, make_order(problem), max_pieces=max_pieces)
+            trial = preemptive_fit(problem, make_order(), max_pieces=max_pieces)
             end = pieces_horizon(problem, trial)
             if end < min(initial, pieces_end or initial):
                 pieces, pieces_end = trial, end
