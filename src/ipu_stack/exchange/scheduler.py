@@ -72,6 +72,7 @@ from ipu_stack.exchange.schedule_pieces import (
     preemptive_fit,
     schedule_from_pieces,
 )
+from ipu_stack.target.ipu21 import RECEIVE_ROW_WORDS_PER_PIECE, SEND_ROW_WORDS_PER_PIECE
 
 IntArray = npt.NDArray[np.int64]
 #: Default seconds for the whole of one phase's scheduling (bounds, greedies, improvement).
@@ -326,12 +327,6 @@ def schedule_from_starts(
     return PhaseSchedule(pieces, horizon_of(problem, starts), kind, model, first_arrivals)
 
 
-#: Estimated exchange-code words per piece a tile sends (a delay and a send) and per piece it
-#: receives (``delayxpic`` and ``delaypic``), facts §8.5 and `exchange-scheduling.md` §2 [I].
-SEND_ROW_WORDS = 2
-RECEIVE_ROW_WORDS = 2
-
-
 def exchange_row_words(phase: ExchangePhase, schedule: PhaseSchedule) -> tuple[int, int]:
     """The tile with the most estimated exchange-code words in a schedule, and that count.
 
@@ -344,9 +339,11 @@ def exchange_row_words(phase: ExchangePhase, schedule: PhaseSchedule) -> tuple[i
     """
     words: dict[int, int] = {}
     for transfer, pieces in zip(phase.transfers, schedule.pieces, strict=True):
-        words[transfer.source] = words.get(transfer.source, 0) + SEND_ROW_WORDS * len(pieces)
+        words[transfer.source] = words.get(transfer.source, 0) + SEND_ROW_WORDS_PER_PIECE * len(
+            pieces
+        )
         for tile in transfer.destination_tiles:
-            words[tile] = words.get(tile, 0) + RECEIVE_ROW_WORDS * len(pieces)
+            words[tile] = words.get(tile, 0) + RECEIVE_ROW_WORDS_PER_PIECE * len(pieces)
     if not words:
         return 0, 0
     tile = max(words, key=lambda t: (words[t], -t))

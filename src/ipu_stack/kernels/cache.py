@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ipu_stack.target.ipu21 import ELF_MACHINE_COLOSSUS
+
 CACHE_FORMAT = "ipu-stack-kernel-cache-v1"
 METADATA = "kernel.json"
-ELF_MACHINE_COLOSSUS = 0xF8  # facts §19.1
 
 LOGGER = logging.getLogger("ipu_stack.kernels.cache")
 

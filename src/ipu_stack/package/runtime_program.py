@@ -31,9 +31,6 @@ from ipu_stack.low.program import (
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 
-EXCHANGE_ROW_WORDS_PER_CHUNK = ipu21.EXCHANGE_ROW_WORDS_PER_CHUNK
-CODE_BYTES_PER_ENTRY = ipu21.CODE_BYTES_PER_ENTRY
-
 
 @dataclass(slots=True)
 class TileProgram:
@@ -44,11 +41,11 @@ class TileProgram:
 
     @property
     def exchange_row_bytes(self) -> int:
-        return 4 * (self.phases + self.exchange_chunks * EXCHANGE_ROW_WORDS_PER_CHUNK)
+        return 4 * (self.phases + self.exchange_chunks * ipu21.EXCHANGE_ROW_WORDS_PER_CHUNK)
 
     @property
     def code_bytes(self) -> int:
-        return CODE_BYTES_PER_ENTRY * len(self.entries)
+        return ipu21.CODE_BYTES_PER_ENTRY * len(self.entries)
 
 
 def _gemm_symbols(calls: list[GemmCall]) -> dict[tuple[str, str, int, int, int], str]:

@@ -51,6 +51,12 @@ EXCHANGE_FRAGMENT_CYCLES = 160
 EXCHANGE_ROW_WORDS_PER_CHUNK = 7 * 6
 # supervisor code per program entry (a call or an exchange set-up): two 8-byte bundles [I]
 CODE_BYTES_PER_ENTRY = 16
+# Exchange-code words per scheduled piece: a sending tile runs a delay and a send, a receiving
+# tile a `delayxpic` and a `delaypic` (facts §8.5, exchange-scheduling §2 [I]).
+SEND_ROW_WORDS_PER_PIECE = 2
+RECEIVE_ROW_WORDS_PER_PIECE = 2
+# ELF e_machine of Colossus (IPU) objects (facts §19.1 [T])
+ELF_MACHINE_COLOSSUS = 0xF8
 
 # --- Kernel launch and local data movement (facts §12.1 [T]) --------------------------------
 KERNEL_LAUNCH_CYCLES = 11
