@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from ipu_stack.errors import ScheduleError
 from ipu_stack.exchange.model import IPU21_MODEL
 from ipu_stack.exchange.patterns import multicast_phase
 from ipu_stack.exchange.schedule_pieces import MAX_PIECES, MIN_PIECE
@@ -32,3 +34,9 @@ def test_preemptive_bound_leaves_out_the_clique_bound() -> None:
     phase = all_gather_phase(4, 16, tile_count=8)
     assert strongest_lower_bound(phase, PORTS_ONLY) == (64, "conflict-clique")
     assert strongest_lower_bound(phase, PORTS_ONLY, preemptive=True) == (48, "endpoint")
+
+
+def test_fewer_than_one_piece_is_refused() -> None:
+    phase = multicast_phase(np.random.default_rng(1), 10, tile_count=32)
+    with pytest.raises(ScheduleError, match="at least 1 piece per transfer, got 0"):
+        optimize_phase(phase, IPU21_MODEL, 0.1, max_pieces=0)

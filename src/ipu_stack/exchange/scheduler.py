@@ -42,6 +42,7 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
+from ipu_stack.errors import ScheduleError
 from ipu_stack.exchange.bounds import (
     ENDPOINT,
     PREEMPTIVE_BOUND_NAMES,
@@ -188,9 +189,11 @@ def optimize_phase(
         The report with the selected schedule.
 
     Raises:
-        ScheduleError: if the phase is malformed.
+        ScheduleError: if the phase is malformed or ``max_pieces`` is below 1.
     """
     started = time.perf_counter()
+    if max_pieces < 1:
+        raise ScheduleError(f"max_pieces must be at least 1 piece per transfer, got {max_pieces}")
     phase.validate()
     problem = compile_phase(phase, model)
     if problem.count == 0:
