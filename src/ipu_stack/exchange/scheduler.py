@@ -124,7 +124,11 @@ class PhaseReport:
     neighborhood_improvements: int
     seconds: float
     bounds: dict[str, int] = field(default_factory=dict)
-    pieces: int = 0
+
+    @property
+    def pieces(self) -> int:
+        """Pieces in the selected schedule (``transfers`` when none is preempted)."""
+        return sum(len(p) for p in self.schedule.pieces)
 
     def log_fields(self) -> dict[str, object]:
         """The fields of the build's "optimized physical exchange schedule" log line."""
@@ -283,10 +287,8 @@ def optimize_phase(
         schedule = schedule_from_pieces(problem, pieces, PREEMPTIVE_FIT, model)
         horizon, kind, improvements = pieces_end, PREEMPTIVE_FIT, 0
         bound, tight = preemptive_bound, preemptive_tight
-        piece_count = pieces.count
     else:
         schedule = schedule_from_starts(problem, starts, kind, model)
-        piece_count = problem.count
     return PhaseReport(
         schedule=schedule,
         transfers=problem.count,
@@ -301,7 +303,6 @@ def optimize_phase(
         neighborhood_improvements=improvements,
         seconds=time.perf_counter() - started,
         bounds=bounds,
-        pieces=piece_count,
     )
 
 
