@@ -33,13 +33,9 @@ def positive_int(text: str, what: str = "dimensions must be positive") -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    return positive_int(text)
-
-
 def _shape(text: str) -> tuple[int, ...]:
     try:
-        return tuple(_positive(part) for part in text.split(","))
+        return tuple(positive_int(part) for part in text.split(","))
     except argparse.ArgumentTypeError as err:
         raise argparse.ArgumentTypeError(f"bad shape {text!r}: {err}") from None
 
@@ -48,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ipu-stack", description="Compile and simulate programs for the IPU21.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gemm = sub.add_parser("gemm", help="compile a GEMM, run it on the simulator, check it")
-    gemm.add_argument("m", type=_positive, help="output rows")
-    gemm.add_argument("k", type=_positive, help="inner extent")
-    gemm.add_argument("n", type=_positive, help="output columns")
-    gemm.add_argument("--batch", type=_positive, default=None, help="leading batch of the left")
+    gemm.add_argument("m", type=positive_int, help="output rows")
+    gemm.add_argument("k", type=positive_int, help="inner extent")
+    gemm.add_argument("n", type=positive_int, help="output columns")
+    gemm.add_argument("--batch", type=positive_int, default=None, help="leading batch of the left")
     gemm.add_argument("--precision", choices=sorted(ipu21.PRECISIONS), default="f16")
     gemm.add_argument(
-        "--tiles", type=_positive, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
+        "--tiles", type=positive_int, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
     )
     gemm.add_argument("--transpose-left", action="store_true")
     gemm.add_argument("--transpose-right", action="store_true")
@@ -98,7 +94,7 @@ def _add_onnx_command(sub: argparse._SubParsersAction) -> None:
     )
     onnx.add_argument("model", metavar="MODEL.onnx")
     onnx.add_argument(
-        "--tiles", type=_positive, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
+        "--tiles", type=positive_int, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
     )
     onnx.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     onnx.add_argument(
