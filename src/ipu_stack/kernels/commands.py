@@ -78,6 +78,8 @@ def _kernel_compile(args: argparse.Namespace) -> int:
     if args.json:
         configure_logging(verbose=False)
     source = Path(args.source)
+    if not source.is_file():
+        raise GraphError(f"kernel source {source} not found (expected an assembly template .S)")
     unit = KernelCompilation(args.name or source.stem, source, tuple(flags))
     toolchain = Toolchain.discover(args.sdk)
     cache = KernelCache()
