@@ -13,13 +13,16 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ipu_stack.errors import PlanError
+from ipu_stack.exchange.memo import ScheduleMemo, phase_key
 from ipu_stack.exchange.model import (
+    IPU21_MODEL,
     ExchangePhase,
     PhaseSchedule,
     maximum_identical_destinations,
@@ -198,7 +201,8 @@ def _select_finalist(
     error: PlanError | None = None
     head = finalists[: config.finalists]
     winner: tuple[int, Finalist] | None = None
-    results, first = _evaluate_all(graph, head, config)
+    memo = ScheduleMemo()
+    results, kept = _evaluate_all(graph, head, config, memo)
     for finalist, refined, events, err in results:
         for event in events:  # replayed in finalist order: the trace stays deterministic
             trace.event(str(event.pop("event")), **event)
@@ -216,10 +220,10 @@ def _select_finalist(
         try:
             # Finalists were compared on quick schedules; the one kept gets the full budget,
             # and every schedule it keeps is verified.
-            if first is not None and finalist is first.finalist:
-                best = first  # evaluated in this process: only the schedules are redone
+            if kept is not None and finalist is kept.finalist:
+                best = kept  # evaluated in this process: only the schedules are redone
                 best.schedules = _schedule(
-                    best.program, best.placement, config.exchange_time_budget, trace, True
+                    best.program, best.placement, config.exchange_time_budget, trace, True, memo
                 )
             else:
                 best = _evaluate(
@@ -230,6 +234,7 @@ def _select_finalist(
                     config.exchange_time_budget,
                     True,
                     trace,
+                    memo,
                 )
         except PlanError as err:
             error = err
@@ -243,61 +248,69 @@ def _select_finalist(
     return None, error
 
 
-_WORK: tuple[ComputeGraph, list[Finalist], BuildConfig] | None = None
+_WORK: tuple[ComputeGraph, list[Finalist], BuildConfig, ScheduleMemo] | None = None
 
 
 def _evaluate_child(index: int) -> tuple[int | None, list[dict[str, object]], PlanError | None]:
     """Refined cycles of one finalist (only numbers travel back from a worker)."""
     assert _WORK is not None
-    graph, finalists, config = _WORK
+    graph, finalists, config, memo = _WORK
     trace = Trace(quiet=True)
     try:
-        evaluated = _evaluate(graph, finalists[index], config, trace, FINALIST_EXCHANGE_BUDGET)
+        evaluated = _evaluate(
+            graph, finalists[index], config, trace, FINALIST_EXCHANGE_BUDGET, memo=memo
+        )
         return evaluated.refined_cycles, trace.events, None
     except PlanError as err:
         return None, trace.events, err
 
 
 def _evaluate_all(
-    graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig
+    graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig, memo: ScheduleMemo
 ) -> tuple[
     list[tuple[Finalist, int | None, list[dict[str, object]], PlanError | None]],
     Evaluated | None,
 ]:
-    """Evaluate finalists: the first in this process (its lowering is kept, it usually wins),
-    the others in parallel worker processes when fork is available (each worker inherits the
-    graph and finalists; only numbers travel back)."""
+    """Evaluate finalists, in parallel worker processes when fork is available: this process
+    takes every ``workers + 1``-th finalist from the first and keeps the lowering of the best of
+    them (it may win); the workers take the rest (each inherits the graph and finalists and
+    keeps its own copy of ``memo``; only numbers travel back)."""
     global _WORK
-    _WORK = (graph, finalists, config)
-    first: Evaluated | None = None
+    _WORK = (graph, finalists, config, memo)
+    count = len(finalists)
+    kept: Evaluated | None = None
+    results: dict[int, tuple[int | None, list[dict[str, object]], PlanError | None]] = {}
     try:
-        workers = min(len(finalists) - 1, (os.cpu_count() or 1) - 1, MAX_FINALIST_WORKERS)
+        workers = min(count - 1, (os.cpu_count() or 1) - 1, MAX_FINALIST_WORKERS)
         pool = None
         if workers >= 1 and "fork" in mp.get_all_start_methods():
             pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
         try:
-            futures = (
-                [pool.submit(_evaluate_child, i) for i in range(1, len(finalists))]
-                if pool is not None
-                else []
-            )
-            trace = Trace(quiet=True)
-            results: list[tuple[int | None, list[dict[str, object]], PlanError | None]]
-            try:
-                first = _evaluate(graph, finalists[0], config, trace, FINALIST_EXCHANGE_BUDGET)
-                results = [(first.refined_cycles, trace.events, None)]
-            except PlanError as err:
-                results = [(None, trace.events, err)]
-            if pool is not None:
-                results += [f.result() for f in futures]
-            else:
-                results += [_evaluate_child(i) for i in range(1, len(finalists))]
+            mine = range(0, count, workers + 1) if pool is not None else range(count)
+            futures = {
+                i: pool.submit(_evaluate_child, i)
+                for i in range(count)
+                if pool is not None and i not in mine
+            }
+            for i in mine:
+                trace = Trace(quiet=True)
+                try:
+                    evaluated = _evaluate(
+                        graph, finalists[i], config, trace, FINALIST_EXCHANGE_BUDGET, memo=memo
+                    )
+                except PlanError as err:
+                    results[i] = (None, trace.events, err)
+                    continue
+                results[i] = (evaluated.refined_cycles, trace.events, None)
+                if kept is None or evaluated.refined_cycles < kept.refined_cycles:
+                    kept = evaluated
+            results.update((i, future.result()) for i, future in futures.items())
         finally:
             if pool is not None:
                 pool.shutdown()
     finally:
         _WORK = None
-    return [(f, *r) for f, r in zip(finalists, results, strict=True)], first
+    return [(f, *results[i]) for i, f in enumerate(finalists)], kept
 
 
 def _evaluate(
@@ -308,6 +321,7 @@ def _evaluate(
     exchange_budget: float,
     verify: bool = False,
     schedule_trace: Trace | None = None,
+    memo: ScheduleMemo | None = None,
 ) -> Evaluated:
     """Lower, map, place and schedule one finalist; refined cycles use its schedules."""
     plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations if op.kind == "gemm"}
@@ -332,7 +346,7 @@ def _evaluate(
     )
     placement = place_program(program, mapping.physical)
     placement.mapped = mapping.mapped
-    schedules = _schedule(program, placement, exchange_budget, schedule_trace, verify)
+    schedules = _schedule(program, placement, exchange_budget, schedule_trace, verify, memo)
     scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
     refined = analytical - analytical_exchange + scheduled
     trace.event(
@@ -353,8 +367,13 @@ def _schedule(
     time_budget: float,
     trace: Trace | None,
     verify: bool = True,
+    memo: ScheduleMemo | None = None,
 ) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
-    """Schedule and verify every exchange step of a placed program (logged when traced)."""
+    """Schedule and verify every exchange step of a placed program (logged when traced).
+
+    A phase whose content, budget and options ``memo`` has seen before reuses that report.
+    """
+    memo = memo if memo is not None else ScheduleMemo()
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
     for index, step in enumerate(program.steps):
         if not isinstance(step, ExchangeStep):
@@ -370,16 +389,26 @@ def _schedule(
                 maximum_identical_destinations=maximum_identical_destinations(phase),
             )
         # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
-        # Deterministic budgets only: the same build gives the same bytes on any machine.
-        report = optimize_phase(
-            phase,
-            time_budget=time_budget,
-            target_gap=EXCHANGE_TARGET_GAP,
-            wall_clock_guards=False,
-        )
+        # Deterministic budgets only: the same build gives the same bytes on any machine, and
+        # a repeated phase gets the same report, so it is scheduled once.
+        key = phase_key(phase, IPU21_MODEL, time_budget, EXCHANGE_TARGET_GAP)
+        looked_up = time.perf_counter()
+        report = memo.get(key)
+        if report is not None:
+            report = replace(report, seconds=time.perf_counter() - looked_up)
+        else:
+            report = optimize_phase(
+                phase,
+                IPU21_MODEL,
+                time_budget=time_budget,
+                target_gap=EXCHANGE_TARGET_GAP,
+                wall_clock_guards=False,
+            )
+            memo.put(key, report)
         schedule = report.schedule
-        if verify:
+        if verify and key not in memo.verified:
             verify_schedule(phase, schedule)  # independent of the scheduler
+            memo.verified.add(key)
         if large:
             assert trace is not None
             trace.event("optimized physical exchange schedule", phase=index, **report.log_fields())

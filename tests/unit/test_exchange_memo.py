@@ -1,0 +1,62 @@
+"""Phase reports remembered by content: the key sees every field the scheduler reads."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from ipu_stack.exchange import patterns
+from ipu_stack.exchange.memo import ScheduleMemo, phase_key
+from ipu_stack.exchange.model import IPU21_MODEL, PORTS_ONLY, ExchangePhase, Transfer
+from ipu_stack.exchange.scheduler import optimize_phase
+
+
+def _phase() -> ExchangePhase:
+    return patterns.random_unicast_phase(np.random.default_rng(3), 40, tile_count=16)
+
+
+def _replace_first(phase: ExchangePhase, **changes: object) -> ExchangePhase:
+    first = dataclasses.replace(phase.transfers[0], **changes)
+    return ExchangePhase((first, *phase.transfers[1:]), phase.tile_count)
+
+
+def test_equal_content_gives_equal_keys() -> None:
+    assert phase_key(_phase(), IPU21_MODEL, 0.5) == phase_key(_phase(), IPU21_MODEL, 0.5)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: {"source_address": t.source_address + 4},
+        lambda t: {"words": t.words + 1},
+        lambda t: {"destinations": ((t.destinations[0][0], t.destinations[0][1] + 4),)},
+        lambda t: {"destinations": (((t.destinations[0][0] + 1) % 16, t.destinations[0][1]),)},
+    ],
+)
+def test_any_transfer_field_changes_the_key(change) -> None:
+    phase = _phase()
+    first: Transfer = phase.transfers[0]
+    if first.source == (first.destinations[0][0] + 1) % 16:
+        pytest.skip("the changed destination would equal the source")
+    changed = _replace_first(phase, **change(first))
+    assert phase_key(changed, IPU21_MODEL, 0.5) != phase_key(phase, IPU21_MODEL, 0.5)
+
+
+def test_order_model_options_and_tile_count_change_the_key() -> None:
+    phase = _phase()
+    key = phase_key(phase, IPU21_MODEL, 0.5)
+    reordered = ExchangePhase(phase.transfers[::-1], phase.tile_count)
+    assert phase_key(reordered, IPU21_MODEL, 0.5) != key
+    assert phase_key(phase, PORTS_ONLY, 0.5) != key
+    assert phase_key(phase, IPU21_MODEL, 0.2) != key
+    assert phase_key(ExchangePhase(phase.transfers, 17), IPU21_MODEL, 0.5) != key
+
+
+def test_memo_returns_what_was_put_and_counts_hits() -> None:
+    phase = _phase()
+    report = optimize_phase(phase, time_budget=0.0, wall_clock_guards=False)
+    memo = ScheduleMemo()
+    key = phase_key(phase, IPU21_MODEL, 0.0)
+    assert memo.get(key) is None and memo.hits == 0
+    memo.put(key, report)
+    assert memo.get(key) is report and memo.hits == 1
