@@ -354,17 +354,21 @@ def _ordered_clique(
     smaller clique is still sound). Up to :data:`EXACT_ORDER_LIMIT` members the cheapest order
     is exact; above, the assignment relaxation bounds it.
     """
-    members = list(members)
+    # A pair's separation depends on the two members alone: computed once, then members are
+    # dropped by taking sub-matrices.
+    full = clique_separations(problem, members)
+    keep = np.arange(len(members))
     while True:
-        separation = clique_separations(problem, members)
+        separation = full[np.ix_(keep, keep)]
         missing = np.isnan(separation)
         np.fill_diagonal(missing, False)
         if not missing.any():
             break
         # Drop the member with the most unusable pairs.
-        members.pop(int(np.argmax(missing.sum(axis=0) + missing.sum(axis=1))))
-        if len(members) < 2:
+        keep = np.delete(keep, int(np.argmax(missing.sum(axis=0) + missing.sum(axis=1))))
+        if keep.size < 2:
             return None
+    members = [members[k] for k in keep.tolist()]
     head = heads[members].astype(np.float64)
     tail = tails[members].astype(np.float64)
     inputs = (separation, head, tail)

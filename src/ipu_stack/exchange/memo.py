@@ -1,50 +1,94 @@
 """Phase reports remembered by content, so a build schedules each distinct phase once.
 
-A program often repeats an exchange phase exactly: the query, key and value projections of an
-attention block move the same operand to the same tiles and addresses, and the finalists of a
-build share the phases of the operators they plan alike. ``optimize_phase`` is deterministic
-for a phase, model and options when it runs on deterministic budgets only, so its report for a
-repeated phase can be reused instead of recomputed. The key is a digest of everything the
-scheduler reads: every transfer's source, words, width, source address, destinations and their
-addresses (in order), the tile count, the model and the options.
+A program repeats exchange phases: the query, key and value projections of an attention block
+move the same operand to the same tiles, the row blocks of a large GEMM move equal blocks
+between the same tiles at other addresses, and the finalists of a build share the phases of the
+operators they plan alike. The schedulers read only the compiled problem
+(:mod:`ipu_stack.exchange.constraints`: resources, latency offsets, lengths, dependencies and
+SRAM-element resources), never the addresses themselves, and ``optimize_phase`` is
+deterministic on deterministic budgets, so two phases that compile to the same problem get the
+same schedule: :func:`problem_key` digests the compiled problem with the model and options.
+:func:`phase_key` digests the phase itself, addresses included (what the verifier reads).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
+from ipu_stack.exchange.constraints import ResourceProblem
 from ipu_stack.exchange.model import ExchangeModel, ExchangePhase, phase_arrays
-from ipu_stack.exchange.scheduler import PhaseReport
+
+if TYPE_CHECKING:
+    from ipu_stack.exchange.scheduler import PhaseReport
+
+
+def _digest(head: object, arrays: Iterable[npt.ArrayLike]) -> bytes:
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(repr(head).encode())
+    for values in arrays:
+        array = np.ascontiguousarray(values, dtype=np.int64)
+        digest.update(repr(array.shape).encode())
+        digest.update(array.tobytes())
+    return digest.digest()
+
+
+def problem_key(problem: ResourceProblem, model: ExchangeModel, *options: object) -> bytes:
+    """A digest of everything the schedulers read of a compiled phase, the model and options."""
+    arrays = problem.arrays
+    return _digest(
+        (problem.count, problem.resource_count, model, options),
+        (
+            problem.durations,
+            problem.use_starts,
+            problem.use_resources,
+            problem.use_offsets,
+            problem.resource_kinds,
+            problem.resource_tiles,
+            problem.dependency_before,
+            problem.dependency_after,
+            problem.dependency_delay,
+            problem.destination_latency,
+            problem.words_per_cycle,
+            arrays.sources,
+            arrays.words,
+            arrays.paired,
+            arrays.destination_starts,
+            arrays.destination_tiles,
+        ),
+    )
 
 
 def phase_key(phase: ExchangePhase, model: ExchangeModel, *options: object) -> bytes:
-    """A digest of a phase's content, the model and the scheduling options."""
+    """A digest of a phase's whole content (addresses included), the model and options."""
     arrays = phase_arrays(phase)
-    digest = hashlib.blake2b(digest_size=32)
-    digest.update(repr((phase.tile_count, model, options)).encode())
-    for values in (
-        arrays.sources,
-        arrays.words,
-        arrays.paired,
-        arrays.source_addresses,
-        arrays.destination_starts,
-        arrays.destination_tiles,
-        arrays.destination_addresses,
-    ):
-        digest.update(np.ascontiguousarray(values, dtype=np.int64).tobytes())
-    return digest.digest()
+    return _digest(
+        (phase.tile_count, model, options),
+        (
+            arrays.sources,
+            arrays.words,
+            arrays.paired,
+            arrays.source_addresses,
+            arrays.destination_starts,
+            arrays.destination_tiles,
+            arrays.destination_addresses,
+        ),
+    )
 
 
 @dataclass(slots=True)
 class ScheduleMemo:
-    """Reports by :func:`phase_key`, and which of them the verifier has accepted.
+    """Reports by :func:`problem_key`, and which phases the verifier has accepted.
 
     Attributes:
         reports: the remembered reports.
-        verified: keys whose schedule passed :func:`ipu_stack.exchange.verify.verify_schedule`.
+        verified: :func:`phase_key` of phases whose schedule passed
+            :func:`ipu_stack.exchange.verify.verify_schedule`.
         hits: lookups answered from memory.
     """
 

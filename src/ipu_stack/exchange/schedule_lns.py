@@ -42,6 +42,8 @@ COMPONENT_LIMIT = 700
 #: First and largest tail window (transfers).
 TAIL_START = 200
 TAIL_LIMIT = 1600
+#: Fewest transfers a window is shrunk to when the model of a larger one costs too much.
+SMALLEST_WINDOW = 25
 #: OR-Tools deterministic seconds per wall-clock second on a 2-core machine (measured: a
 #: single-worker CP-SAT call runs 7-10 wall seconds per deterministic second). The stage's
 #: deterministic budget is the wall budget times this, so it usually ends before the guard.
@@ -49,8 +51,12 @@ DETERMINISTIC_PER_SECOND = 0.1
 #: Deterministic seconds of a component's first CP-SAT call, doubled on every revisit.
 FIRST_SLICE = 0.004
 LAST_SLICE = 0.1
-#: Deterministic seconds charged per call for building the model in Python.
+#: Deterministic seconds charged per call, and per interval of its model, for what CP-SAT's
+#: deterministic clock does not count: building the model in Python and loading and presolving
+#: it (measured on a 2-core machine: about 8-9 us of wall time per interval, and 24,000-40,000
+#: intervals for 200 free multicasts with their fixed neighbours).
 CALL_OVERHEAD = 0.001
+INTERVAL_OVERHEAD = 1e-6
 
 
 @dataclass(slots=True)
@@ -77,6 +83,7 @@ class _Outcome:
     optimal: bool
     deterministic_time: float
     bound: int = 0  # CP-SAT's proven lower bound on the free transfers' makespan
+    skipped: bool = False  # the model would have cost more than the budget left: not built
 
 
 def components(problem: ResourceProblem) -> tuple[int, IntArray]:
@@ -156,19 +163,23 @@ def improve(
         members = order[bounds_of[c] : bounds_of[c + 1]]
         limit = min(slices[c], budget)
         if members.size <= COMPONENT_LIMIT:
-            outcome = _solve(problem, starts, members, target, deadline, limit)
             window = members
         else:
             window = _critical_neighbourhood(problem, starts, members, target, tail_sizes[c], users)
-            outcome = _solve(problem, starts, window, target, deadline, limit)
-        if outcome is not None and window.size == members.size:
+        outcome = _solve(problem, starts, window, target, deadline, limit, budget)
+        while outcome is not None and outcome.skipped and window.size > SMALLEST_WINDOW:
+            # Too big a model for what is left: free fewer transfers around the same tail.
+            tail_sizes[c] = max(window.size // 2, SMALLEST_WINDOW)
+            window = _critical_neighbourhood(problem, starts, members, target, tail_sizes[c], users)
+            outcome = _solve(problem, starts, window, target, deadline, limit, budget)
+        if outcome is None or outcome.skipped:
+            break  # the deadline has come, or even a small model costs more than what is left
+        if window.size == members.size:
             # A whole component solved alone is a relaxation of the phase: CP-SAT's bound on
             # its makespan is a lower bound on the phase's horizon.
             proven = max(proven, outcome.bound)
-        budget -= (outcome.deterministic_time if outcome else limit) + CALL_OVERHEAD * (
-            1 + window.size / 100
-        )
-        if outcome is not None and outcome.starts is not None:
+        budget -= outcome.deterministic_time
+        if outcome.starts is not None:
             trial = starts.copy()
             trial[window] = outcome.starts
             new_end = int((trial[members] + problem.completion[members]).max())
@@ -244,12 +255,19 @@ def _solve(
     target: int,
     deadline: float,
     limit: float,
+    budget: float,
 ) -> _Outcome | None:
     """Best placement of the ``free`` transfers with all others fixed.
 
+    Args:
+        limit: CP-SAT's deterministic-time slice.
+        budget: deterministic seconds left for the stage; the model's overhead (per call and
+            per interval) counts against it with the solver's time.
+
     Returns:
-        None when there was no time to try; otherwise the outcome (``starts`` None when CP-SAT
-        found no solution in its slice).
+        None when the deadline leaves no time to try; a ``skipped`` outcome when the model
+        would cost more than ``budget``; otherwise the outcome (``starts`` None when CP-SAT
+        found no solution in its slice), whose deterministic time includes the overhead.
     """
     from ortools.sat.python import cp_model
 
@@ -260,21 +278,30 @@ def _solve(
     horizon = int((starts[free] + problem.completion[free]).max())
     is_free = np.zeros(problem.count, dtype=bool)
     is_free[free] = True
-    free_list = free.tolist()
-    model = cp_model.CpModel()
-    heads = _free_heads(problem, starts, is_free)
-    variables = {}
     durations = problem.durations
     completion = problem.completion
-    for i in free_list:
-        latest = horizon - int(completion[i])
-        variables[i] = model.new_int_var(int(heads[i]), max(latest, int(heads[i])), f"x{i}")
     # Resource intervals: free uses as variables, other uses on touched resources as constants.
     use_of_free = is_free[problem.use_transfers]
     touched = np.unique(problem.use_resources[use_of_free])
     on_touched = np.isin(problem.use_resources, touched)
     fixed_rows = np.flatnonzero(on_touched & ~use_of_free)
     free_rows = np.flatnonzero(use_of_free)
+    merged: list[tuple[int, int, int]] = []
+    if fixed_rows.size:
+        fixed_resource = problem.use_resources[fixed_rows]
+        fixed_begin = starts[problem.use_transfers[fixed_rows]] + problem.use_offsets[fixed_rows]
+        fixed_end = fixed_begin + durations[problem.use_transfers[fixed_rows]]
+        merged = _merge(fixed_resource, fixed_begin, fixed_end)
+    overhead = CALL_OVERHEAD + INTERVAL_OVERHEAD * (free_rows.size + len(merged))
+    if overhead >= budget:
+        return _Outcome(None, False, 0.0, skipped=True)
+    free_list = free.tolist()
+    model = cp_model.CpModel()
+    heads = _free_heads(problem, starts, is_free)
+    variables = {}
+    for i in free_list:
+        latest = horizon - int(completion[i])
+        variables[i] = model.new_int_var(int(heads[i]), max(latest, int(heads[i])), f"x{i}")
     per_resource: dict[int, list[Any]] = {int(r): [] for r in touched.tolist()}
     for row in free_rows.tolist():
         i = int(problem.use_transfers[row])
@@ -283,15 +310,8 @@ def _solve(
         per_resource[int(problem.use_resources[row])].append(
             model.new_fixed_size_interval_var(variables[i] + offset, length, f"u{row}")
         )
-    if fixed_rows.size:
-        fixed_resource = problem.use_resources[fixed_rows]
-        fixed_begin = starts[problem.use_transfers[fixed_rows]] + problem.use_offsets[fixed_rows]
-        fixed_end = fixed_begin + durations[problem.use_transfers[fixed_rows]]
-        merged = _merge(fixed_resource, fixed_begin, fixed_end)
-        for resource, begin, end in merged:
-            per_resource[resource].append(
-                model.new_fixed_size_interval_var(begin, end - begin, "f")
-            )
+    for resource, begin, end in merged:
+        per_resource[resource].append(model.new_fixed_size_interval_var(begin, end - begin, "f"))
     for intervals in per_resource.values():
         if len(intervals) > 1:
             model.add_no_overlap(intervals)
@@ -329,7 +349,7 @@ def _solve(
     solver.parameters.max_deterministic_time = max(limit, 0.001)
     solver.parameters.max_time_in_seconds = max(remaining, 0.01)
     status = solver.solve(model)
-    spent = float(solver.deterministic_time)
+    spent = float(solver.deterministic_time) + overhead
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return _Outcome(None, False, spent, _proven(solver, status, cp_model))
     found = np.asarray([solver.value(variables[i]) for i in free_list], dtype=np.int64)

@@ -36,7 +36,7 @@ a machine much slower than the calibration) can the result differ. The mandatory
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -50,6 +50,7 @@ from ipu_stack.exchange.bounds import (
     strongest,
 )
 from ipu_stack.exchange.constraints import ResourceProblem, compile_phase
+from ipu_stack.exchange.memo import ScheduleMemo, problem_key
 from ipu_stack.exchange.model import (
     IPU21_MODEL,
     ExchangeModel,
@@ -174,12 +175,15 @@ def optimize_phase(
     target_gap: float = 0.0,
     wall_clock_guards: bool = True,
     max_pieces: int = MAX_PIECES,
+    memo: ScheduleMemo | None = None,
 ) -> PhaseReport:
     """Schedule one phase as well as the time budget allows.
 
     With ``wall_clock_guards=False`` only the deterministic budgets (work counts, CP-SAT
     deterministic time) apply: the result never depends on how busy the machine is, and a
     slow machine takes longer instead (what a build needs for byte-identical packages).
+    With a ``memo``, a phase that compiles to a problem scheduled before with the same model
+    and options gets that report again (:mod:`ipu_stack.exchange.memo`).
 
     Args:
         phase: the phase; it is validated first.
@@ -188,6 +192,7 @@ def optimize_phase(
             bounds and greedies leave (0 skips it).
         target_gap: stop improving once ``horizon <= bound * (1 + target_gap)``.
         max_pieces: most pieces per transfer; 1 allows no preemption.
+        memo: reports of problems already scheduled (read and extended).
 
     Returns:
         The report with the selected schedule.
@@ -200,6 +205,32 @@ def optimize_phase(
         raise ScheduleError(f"max_pieces must be at least 1 piece per transfer, got {max_pieces}")
     phase.validate()
     problem = compile_phase(phase, model)
+    if memo is None:
+        return _optimize(
+            problem, phase, model, time_budget, target_gap, wall_clock_guards, max_pieces, started
+        )
+    key = problem_key(problem, model, time_budget, target_gap, wall_clock_guards, max_pieces)
+    known = memo.get(key)
+    if known is not None:
+        return replace(known, seconds=time.perf_counter() - started)
+    report = _optimize(
+        problem, phase, model, time_budget, target_gap, wall_clock_guards, max_pieces, started
+    )
+    memo.put(key, report)
+    return report
+
+
+def _optimize(
+    problem: ResourceProblem,
+    phase: ExchangePhase,
+    model: ExchangeModel,
+    time_budget: float,
+    target_gap: float,
+    wall_clock_guards: bool,
+    max_pieces: int,
+    started: float,
+) -> PhaseReport:
+    """The stages of :func:`optimize_phase` on the compiled problem."""
     if problem.count == 0:
         empty = PhaseSchedule((), 0, DENSE_GREEDY, model, ())
         return PhaseReport(

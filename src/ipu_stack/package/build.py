@@ -13,11 +13,10 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
-import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.memo import ScheduleMemo, phase_key
@@ -55,7 +54,7 @@ class BuildConfig:
     """Build options; every default is what a user gets from the CLI."""
 
     tiles: int = TILES
-    exchange_time_budget: float = 0.5  # seconds per exchange phase for the scheduler
+    exchange_time_budget: float = 1.0  # seconds per exchange phase for the scheduler
     finalists: int = DEFAULT_FINALISTS  # whole-graph plans kept by lower_mid
     beam_width: int = DEFAULT_BEAM_WIDTH  # partial plans kept per operation
     compile_kernels: bool = True  # check or compile each kernel unit (the simulator needs none)
@@ -371,7 +370,8 @@ def _schedule(
 ) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
     """Schedule and verify every exchange step of a placed program (logged when traced).
 
-    A phase whose content, budget and options ``memo`` has seen before reuses that report.
+    Phases that compile to a problem ``memo`` has seen reuse its report; a phase and schedule
+    the verifier has accepted before are not verified again.
     """
     memo = memo if memo is not None else ScheduleMemo()
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
@@ -390,25 +390,22 @@ def _schedule(
             )
         # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
         # Deterministic budgets only: the same build gives the same bytes on any machine, and
-        # a repeated phase gets the same report, so it is scheduled once.
-        key = phase_key(phase, IPU21_MODEL, time_budget, EXCHANGE_TARGET_GAP)
-        looked_up = time.perf_counter()
-        report = memo.get(key)
-        if report is not None:
-            report = replace(report, seconds=time.perf_counter() - looked_up)
-        else:
-            report = optimize_phase(
-                phase,
-                IPU21_MODEL,
-                time_budget=time_budget,
-                target_gap=EXCHANGE_TARGET_GAP,
-                wall_clock_guards=False,
-            )
-            memo.put(key, report)
+        # a phase that compiles to a problem scheduled before gets the same report (the memo).
+        report = optimize_phase(
+            phase,
+            IPU21_MODEL,
+            time_budget=time_budget,
+            target_gap=EXCHANGE_TARGET_GAP,
+            wall_clock_guards=False,
+            memo=memo,
+        )
         schedule = report.schedule
-        if verify and key not in memo.verified:
-            verify_schedule(phase, schedule)  # independent of the scheduler
-            memo.verified.add(key)
+        if verify:
+            # The same phase under the same options has the same schedule: verified once.
+            content = phase_key(phase, IPU21_MODEL, time_budget, EXCHANGE_TARGET_GAP)
+            if content not in memo.verified:
+                verify_schedule(phase, schedule)  # independent of the scheduler
+                memo.verified.add(content)
         if large:
             assert trace is not None
             trace.event("optimized physical exchange schedule", phase=index, **report.log_fields())
