@@ -205,18 +205,17 @@ def optimize_phase(
         raise ScheduleError(f"max_pieces must be at least 1 piece per transfer, got {max_pieces}")
     phase.validate()
     problem = compile_phase(phase, model)
-    if memo is None:
-        return _optimize(
-            problem, phase, model, time_budget, target_gap, wall_clock_guards, max_pieces, started
-        )
-    key = problem_key(problem, model, time_budget, target_gap, wall_clock_guards, max_pieces)
-    known = memo.get(key)
-    if known is not None:
-        return replace(known, seconds=time.perf_counter() - started)
+    key = b""
+    if memo is not None:
+        key = problem_key(problem, model, time_budget, target_gap, wall_clock_guards, max_pieces)
+        known = memo.get(key)
+        if known is not None:
+            return replace(known, seconds=time.perf_counter() - started)
     report = _optimize(
         problem, phase, model, time_budget, target_gap, wall_clock_guards, max_pieces, started
     )
-    memo.put(key, report)
+    if memo is not None:
+        memo.put(key, report)
     return report
 
 
