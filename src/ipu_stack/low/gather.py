@@ -76,16 +76,32 @@ def gather(
                     "(odd F16 column offset), which exchange cannot move"
                 )
             row_bytes = (chi - clo) * eb
-            contiguous = row_bytes == sh.row_stride == req.stride
-            runs = [(rlo, rhi)] if contiguous else [(r, r + 1) for r in range(rlo, rhi)]
-            for a, b in runs:
-                nbytes = _word_up((b - a) * row_bytes)
-                src = sh.ref.at((a - sh.rows[0]) * sh.row_stride + src_off)
-                dst = req.ref.at((a - req.rows[0]) * req.stride + dst_off)
-                if sh.tile == req.tile:
-                    copies.append(CopyCall(req.tile, dst, src, nbytes))
-                else:
-                    by_source[(sh.tile, src.buffer, src.offset, nbytes)].append((req.tile, dst))
+            src_buffer, dst_buffer = sh.ref.buffer, req.ref.buffer
+            src_base = sh.ref.offset + src_off - sh.rows[0] * sh.row_stride
+            dst_base = req.ref.offset + dst_off - req.rows[0] * req.stride
+            if row_bytes == sh.row_stride == req.stride:  # one contiguous run
+                nbytes = _word_up((rhi - rlo) * row_bytes)
+                rows = range(rlo, rlo + 1)
+            else:  # one run per row
+                nbytes = _word_up(row_bytes)
+                rows = range(rlo, rhi)
+            src_stride, dst_stride = sh.row_stride, req.stride
+            if sh.tile == req.tile:
+                copies.extend(
+                    CopyCall(
+                        req.tile,
+                        Ref(dst_buffer, dst_base + r * dst_stride),
+                        Ref(src_buffer, src_base + r * src_stride),
+                        nbytes,
+                    )
+                    for r in rows
+                )
+            else:
+                source = sh.tile
+                for r in rows:
+                    by_source[(source, src_buffer, src_base + r * src_stride, nbytes)].append(
+                        (req.tile, Ref(dst_buffer, dst_base + r * dst_stride))
+                    )
         need = (req.rows[1] - req.rows[0]) * (req.cols[1] - req.cols[0])
         if covered != need:
             raise GraphError(f"{what}: rows {req.rows} cols {req.cols} are not all produced")

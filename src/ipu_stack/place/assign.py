@@ -42,13 +42,11 @@ class Placement:
 
 def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, int]]:
     """First and last step (inclusive) that touch each buffer."""
-    seen: dict[tuple[int, str], list[int]] = {}
-
-    def touch(tile: int, ref: Ref, step: int) -> None:
-        span = seen.setdefault((tile, ref.buffer), [step, step])
-        span[0], span[1] = min(span[0], step), max(span[1], step)
-
+    first: dict[tuple[int, str], int] = {}
+    last: dict[tuple[int, str], int] = {}
     for i, step in enumerate(program.steps):
+        # Steps come in order: a buffer's first step is the first seen, its last the latest.
+        touched: set[tuple[int, str]] = set()
         if isinstance(step, ComputeStep):
             for call in step.calls:
                 for field_name in ("out", "left", "right", "dst", "src"):
@@ -56,14 +54,18 @@ def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, in
                     if isinstance(ref, View):
                         ref = ref.ref
                     if isinstance(ref, Ref):
-                        touch(call.tile, ref, i)
+                        touched.add((call.tile, ref.buffer))
                 for ref in getattr(call, "inputs", ()):
-                    touch(call.tile, ref.ref if isinstance(ref, View) else ref, i)
+                    touched.add((call.tile, (ref.ref if isinstance(ref, View) else ref).buffer))
         elif isinstance(step, ExchangeStep):
-            for t in step.transfers:
-                touch(t.source_tile, t.source, i)
-                for tile, ref in t.destinations:
-                    touch(tile, ref, i)
+            touched.update((t.source_tile, t.source.buffer) for t in step.transfers)
+            touched.update(
+                (tile, ref.buffer) for t in step.transfers for tile, ref in t.destinations
+            )
+        for key in touched:
+            first.setdefault(key, i)
+            last[key] = i
+    seen = {key: [first[key], last[key]] for key in first}
     # Inside a loop body every buffer the body touches lives for the whole body: the next
     # iteration comes back to the first step.
     for i, step in enumerate(program.steps):
@@ -122,12 +124,16 @@ def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Pl
 
 def physical_phase(step: ExchangeStep, placement: Placement) -> ExchangePhase:
     """The exchange step with physical tile ids and byte addresses."""
-    phys = placement.physical
+    phys = placement.physical.tolist()
+    allocations = placement.allocations
     transfers = tuple(
         Transfer(
-            int(phys[t.source_tile]),
-            placement.address(t.source_tile, t.source),
-            tuple((int(phys[tile]), placement.address(tile, ref)) for tile, ref in t.destinations),
+            phys[t.source_tile],
+            allocations[t.source_tile][t.source.buffer].address + t.source.offset,
+            tuple(
+                (phys[tile], allocations[tile][ref.buffer].address + ref.offset)
+                for tile, ref in t.destinations
+            ),
             t.words,
         )
         for t in step.transfers
