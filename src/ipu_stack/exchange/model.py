@@ -212,8 +212,42 @@ class ExchangePhase:
         """
         if not 1 <= self.tile_count <= TILES:
             raise ScheduleError(f"tile_count must be in 1..{TILES}, got {self.tile_count}")
-        for index, transfer in enumerate(self.transfers):
-            _validate_transfer(index, transfer, self.tile_count)
+        for index in _suspects(self):
+            _validate_transfer(index, self.transfers[index], self.tile_count)
+
+
+def _suspects(phase: ExchangePhase) -> list[int]:
+    """Indices, in order, of the transfers a vectorised screen cannot clear: every malformed
+    transfer is among them (paired64 and unknown widths always are), so checking just these
+    one by one finds the first malformed transfer, with its message."""
+    count = len(phase.transfers)
+    try:
+        arrays = phase_arrays(phase)
+        plain = np.fromiter((t.width == WORD32 for t in phase.transfers), dtype=bool, count=count)
+    except (TypeError, ValueError, OverflowError):  # fields that are not plain integers
+        return list(range(count))
+    tiles = arrays.destination_tiles
+    owners = arrays.destination_transfers
+    span = arrays.words * WORD_BYTES
+    bad = ~plain | (arrays.words <= 0) | (arrays.fanouts == 0)
+    bad |= (arrays.sources < 0) | (arrays.sources >= phase.tile_count)
+    bad |= _outside_memory(arrays.source_addresses, span)
+    wrong = (tiles < 0) | (tiles >= phase.tile_count) | (tiles == arrays.sources[owners])
+    wrong |= _outside_memory(arrays.destination_addresses, span[owners])
+    order = np.lexsort((tiles, owners))
+    repeated = (np.diff(owners[order]) == 0) & (np.diff(tiles[order]) == 0)
+    wrong[order[1:][repeated]] = True
+    bad[owners[wrong]] = True
+    return np.flatnonzero(bad).tolist()
+
+
+def _outside_memory(address: IntArray, span: IntArray) -> npt.NDArray[np.bool_]:
+    """Addresses that are not word aligned or whose ``span`` bytes leave tile memory."""
+    return (
+        (address % WORD_BYTES != 0)
+        | (address < TILE_MEMORY_BASE)
+        | (address + span > TILE_MEMORY_END)
+    )
 
 
 def _validate_transfer(index: int, transfer: Transfer, tile_count: int) -> None:
