@@ -19,6 +19,9 @@ The makespan variable is floored at the target (the strongest lower bound), so a
 solved down to the bound stops at once. Each CP-SAT call runs single-threaded with a
 deterministic time limit, so the result does not depend on machine load; a wall-clock guard
 stops the loop at the deadline (a run cut short by the guard may differ from an unhurried one).
+The stage's deterministic budget pays for each call's model as well (per call and per interval:
+CP-SAT's deterministic clock does not count building, loading and presolving it); a window
+whose model would cost more than what is left is halved, down to :data:`SMALLEST_WINDOW`.
 """
 
 from __future__ import annotations
