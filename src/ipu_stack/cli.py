@@ -108,13 +108,14 @@ def _add_onnx_command(sub: argparse._SubParsersAction) -> None:
     onnx.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _nonnegative_seconds(text: str) -> float:
+def nonnegative_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds, at least 0, else one clear line."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"seconds must be >= 0, got {text}")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds must be finite and >= 0, got {text}")
     return value
 
 
@@ -126,7 +127,7 @@ def _add_exchange_commands(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--phase", type=int, default=None, help="only this phase id")
     bench.add_argument(
         "--time-budget",
-        type=_nonnegative_seconds,
+        type=nonnegative_seconds,
         default=None,
         metavar="SECONDS",
         help="seconds per phase (default 1.5)",

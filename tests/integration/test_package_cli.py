@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,21 @@ def test_precision_conversion(tmp_path):
     graph, bindings = import_onnx(half)
     assert {v.dtype for v in graph.values} == {"f16"}
     assert all(a.dtype == np.float16 for a in bindings.parameters.values())
+
+
+def test_exchange_budget_option(tmp_path):
+    # Budget 0: only the constructive schedulers run (no improvement, no preemption); at
+    # 1,472 tiles mlp2's phases are large enough (> 1,000 transfers) to be logged.
+    out = tmp_path / "zero.ipuexe"
+    proc = cli("compile", str(EXAMPLES / "mlp2.onnx"), "-o", str(out), "--exchange-budget", "0")
+    assert proc.returncode == 0, proc.stderr
+    kinds = re.findall(r'optimized physical exchange schedule .*selected_kind="([a-z-]+)"',
+                       proc.stdout + proc.stderr)  # fmt: skip
+    assert kinds and not {"cp-sat-lns", "preemptive-fit"} & set(kinds)
+    assert cli("run", str(out), "--random-inputs").returncode == 0
+    for bad in ("-1", "inf", "nan", "soon"):
+        target = tmp_path / f"bad{bad}.ipuexe"
+        proc = cli("compile", str(EXAMPLES / "mlp2.onnx"), "-o", str(target),
+                   "--exchange-budget", bad)  # fmt: skip
+        assert proc.returncode == 2 and "--exchange-budget" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and not target.exists()

@@ -24,6 +24,12 @@ def _positive(text: str) -> int:
     return positive_int(text, "expected a positive integer")
 
 
+def _seconds(text: str) -> float:
+    from ipu_stack.cli import nonnegative_seconds
+
+    return nonnegative_seconds(text)
+
+
 def _named_file(text: str) -> tuple[str, str]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
@@ -46,6 +52,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     comp.add_argument(
         "--finalists", type=_positive, default=None, help="whole-graph plans kept by lower_mid"
+    )
+    comp.add_argument(
+        "--exchange-budget",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="deterministic scheduling budget per exchange phase of the selected plan "
+        "(default 1.0; 0 keeps the first list schedule; more can shorten exchange)",
     )
     comp.add_argument(
         "--precision",
@@ -118,6 +132,8 @@ def _compile(args: argparse.Namespace) -> int:
     config = BuildConfig(tiles=args.tiles)
     if args.finalists is not None:
         config.finalists = args.finalists
+    if args.exchange_budget is not None:
+        config.exchange_time_budget = args.exchange_budget
     built = build(graph, config, trace)
     if args.export_exchange_snapshot is not None:
         from ipu_stack.exchange.snapshot import write_snapshot
