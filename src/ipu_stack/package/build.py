@@ -250,18 +250,27 @@ def _select_finalist(
 _WORK: tuple[ComputeGraph, list[Finalist], BuildConfig, ScheduleMemo] | None = None
 
 
-def _evaluate_child(index: int) -> tuple[int | None, list[dict[str, object]], PlanError | None]:
+_Outcome = tuple[int | None, list[dict[str, object]], PlanError | None]
+
+
+def _quick(
+    graph: ComputeGraph, finalist: Finalist, config: BuildConfig, memo: ScheduleMemo
+) -> tuple[Evaluated | None, _Outcome]:
+    """A finalist on quick schedules: the evaluation (None if it could not be placed) and
+    its refined cycles, trace events and placement error."""
+    trace = Trace(quiet=True)
+    try:
+        evaluated = _evaluate(graph, finalist, config, trace, FINALIST_EXCHANGE_BUDGET, memo=memo)
+    except PlanError as err:
+        return None, (None, trace.events, err)
+    return evaluated, (evaluated.refined_cycles, trace.events, None)
+
+
+def _evaluate_child(index: int) -> _Outcome:
     """Refined cycles of one finalist (only numbers travel back from a worker)."""
     assert _WORK is not None
     graph, finalists, config, memo = _WORK
-    trace = Trace(quiet=True)
-    try:
-        evaluated = _evaluate(
-            graph, finalists[index], config, trace, FINALIST_EXCHANGE_BUDGET, memo=memo
-        )
-        return evaluated.refined_cycles, trace.events, None
-    except PlanError as err:
-        return None, trace.events, err
+    return _quick(graph, finalists[index], config, memo)[1]
 
 
 def _evaluate_all(
@@ -278,7 +287,7 @@ def _evaluate_all(
     _WORK = (graph, finalists, config, memo)
     count = len(finalists)
     kept: Evaluated | None = None
-    results: dict[int, tuple[int | None, list[dict[str, object]], PlanError | None]] = {}
+    results: dict[int, _Outcome] = {}
     try:
         workers = min(count - 1, (os.cpu_count() or 1) - 1, MAX_FINALIST_WORKERS)
         pool = None
@@ -292,16 +301,10 @@ def _evaluate_all(
                 if pool is not None and i not in mine
             }
             for i in mine:
-                trace = Trace(quiet=True)
-                try:
-                    evaluated = _evaluate(
-                        graph, finalists[i], config, trace, FINALIST_EXCHANGE_BUDGET, memo=memo
-                    )
-                except PlanError as err:
-                    results[i] = (None, trace.events, err)
-                    continue
-                results[i] = (evaluated.refined_cycles, trace.events, None)
-                if kept is None or evaluated.refined_cycles < kept.refined_cycles:
+                evaluated, results[i] = _quick(graph, finalists[i], config, memo)
+                if evaluated is not None and (
+                    kept is None or evaluated.refined_cycles < kept.refined_cycles
+                ):
                     kept = evaluated
             results.update((i, future.result()) for i, future in futures.items())
         finally:
