@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("k", type=positive_int, help="inner extent")
     gemm.add_argument("n", type=positive_int, help="output columns")
     gemm.add_argument("--batch", type=positive_int, default=None, help="leading batch of the left")
-    gemm.add_argument("--precision", choices=sorted(ipu21.PRECISIONS), default="f16")
+    gemm.add_argument("--precision", choices=sorted(ipu21.FLOAT_PRECISIONS), default="f16")
     gemm.add_argument(
         "--tiles", type=positive_int, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
     )

@@ -14,6 +14,12 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import GraphError
+from ipu_stack.graph.indexing_ops import (
+    I32_KINDS,
+    INDEXING_KINDS,
+    IndexingOps,
+    reference_indexing,
+)
 from ipu_stack.target.ipu21 import GEMM_OUTPUT_PRECISION, PRECISIONS
 
 
@@ -77,7 +83,7 @@ ELEMENTWISE_BINARY = ("add", "mul")
 
 
 @dataclass(slots=True)
-class ComputeGraph:
+class ComputeGraph(IndexingOps):
     """A tensor program under construction.
 
     Example:
@@ -153,6 +159,8 @@ class ComputeGraph:
             scale_exponent = inputs[0].scale_exponent  # data movement keeps the F8 scale
         if dtype == "f8" and kind not in F8_KINDS:
             raise GraphError(f"{op_name}: {kind} does not take F8 operands; cast them to f16 first")
+        if kind not in I32_KINDS and any(v.dtype == "i32" for v in (*inputs,)):
+            raise GraphError(f"{op_name}: {kind} does not take i32 operands; cast them first")
         out = self._new_value(f"{op_name}.out", shape, dtype, "operation", scale_exponent)
         self.operations.append(
             Operation(
@@ -199,6 +207,13 @@ class ComputeGraph:
                     "gemm needs rank >= 2"
                 )
         dtype = self._same_dtype(op_name, left, right)
+        if dtype == "i32":
+            raise GraphError(f"{op_name}: gemm does not take i32 operands; cast them first")
+        # An operand produced on chip is transposed by an explicit on-chip rearrangement.
+        if transpose_left and left.kind == "operation":
+            left, transpose_left = self._swap_last(left, f"{op_name}/left_t"), False
+        if transpose_right and right.kind == "operation":
+            right, transpose_right = self._swap_last(right, f"{op_name}/right_t"), False
         m, k_left = left.shape[-2:][::-1] if transpose_left else left.shape[-2:]
         k_right, n = right.shape[-2:][::-1] if transpose_right else right.shape[-2:]
         if k_left != k_right:
@@ -221,6 +236,10 @@ class ComputeGraph:
             accumulation=GEMM_OUTPUT_PRECISION[dtype],
             product_scale_exponent=left.scale_exponent + right.scale_exponent,
         )
+
+    def _swap_last(self, x: Value, name: str) -> Value:
+        rank = len(x.shape)
+        return self.transpose(x, (*range(rank - 2), rank - 1, rank - 2), name=name)
 
     def _broadcast(
         self, op_name: str, a: Value, b: Value, sa: tuple[int, ...], sb: tuple[int, ...]
@@ -351,10 +370,13 @@ class ComputeGraph:
         causal: bool = False,
         scale: float | None = None,
         name: str | None = None,
+        mask: Value | None = None,
     ) -> Value:
-        """softmax(q @ k^T * scale [+ causal mask]) @ v over the last two axes.
+        """softmax(q @ k^T * scale [+ mask] [+ causal mask]) @ v over the last two axes.
 
         q is ``[..., Tq, D]``, k ``[..., Tk, D]``, v ``[..., Tk, Dv]``; leading axes equal.
+        ``mask`` (q's precision) is added to the scaled scores; it broadcasts to
+        ``[..., Tq, Tk]`` (a padding mask ``[B, 1, 1, Tk]`` broadcasts over heads and queries).
         """
         q, k, v = self._check(q), self._check(k), self._check(v)
         op_name = self._name("flash_attention", name)
@@ -370,8 +392,9 @@ class ComputeGraph:
             )
         scale = float(scale) if scale is not None else float(1.0 / np.sqrt(q.shape[-1]))
         shape = (*q.shape[:-1], v.shape[-1])
+        operands = (q, k, v, *self._attention_mask(op_name, q, k, mask))
         return self._op(
-            "flash_attention", (q, k, v), shape, dtype, op_name, causal=bool(causal), scale=scale
+            "flash_attention", operands, shape, dtype, op_name, causal=bool(causal), scale=scale
         )
 
     def cast(self, x: Value, dtype: str, name: str | None = None, scale_exponent: int = 0) -> Value:
@@ -511,8 +534,10 @@ def reference_op(op: Operation, args: list[np.ndarray]) -> np.ndarray:
     if op.kind == "slice":
         return args[0][tuple(slice(lo, hi) for lo, hi in op.attr("bounds"))]
     if op.kind == "flash_attention":
-        q, k, v = args
+        q, k, v = args[:3]
         s = np.matmul(q, np.swapaxes(k, -1, -2)) * op.attr("scale")
+        if len(args) == 4:  # additive mask
+            s = s + args[3]
         if op.attr("causal"):
             tq, tk = s.shape[-2:]
             mask = np.triu(np.ones((tq, tk), bool), k=1 + tk - tq)
@@ -529,9 +554,16 @@ def evaluate_reference(graph: ComputeGraph, feeds: dict[str, np.ndarray]) -> dic
     env: dict[int, np.ndarray] = {}
     for v in graph.values:
         if v.kind != "operation":
-            env[v.id] = np.asarray(feeds[v.name], dtype=np.float64)
+            env[v.id] = np.asarray(feeds[v.name], dtype=_reference_dtype(v.dtype))
     for op in graph.operations:
         args = [env[i] for i in op.inputs]
+        out = graph.value(op.output)
+        dtypes = (out.dtype, *(graph.value(i).dtype for i in op.inputs))
+        if op.kind in INDEXING_KINDS or ("i32" in dtypes and op.kind in ("add", "mul", "cast")):
+            names = [graph.value(i).name for i in op.inputs]
+            result = reference_indexing(op, args, out.dtype, names)
+            env[op.output] = result.astype(_reference_dtype(out.dtype))
+            continue
         if op.kind == "repeat":
             env[op.output] = _reference_repeat(op, args)
             continue
@@ -540,6 +572,11 @@ def evaluate_reference(graph: ComputeGraph, feeds: dict[str, np.ndarray]) -> dic
         else:
             env[op.output] = reference_op(op, args)
     return {graph.value(i).name: env[i] for i in graph.outputs}
+
+
+def _reference_dtype(dtype: str) -> type:
+    """Reference arrays: float64 for float values, int64 for i32 ones (exact both ways)."""
+    return np.int64 if dtype == "i32" else np.float64
 
 
 def _reference_repeat(op: Operation, args: list[np.ndarray]) -> np.ndarray:

@@ -7,7 +7,15 @@ import numpy as np
 from ipu_stack.kernels.registry import gemm_kernel
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.target import ipu21
-from ipu_stack.target.op_cycles import attention_cycles, elementwise_cycles, row_kernel_cycles
+from ipu_stack.target.op_cycles import (
+    argmax_cycles,
+    attention_cycles,
+    concat_cycles,
+    elementwise_cycles,
+    gather_rows_cycles,
+    row_kernel_cycles,
+    transpose_cycles,
+)
 
 
 def copy_call_cycles(call: CopyCall | FillCall) -> int:
@@ -30,13 +38,33 @@ def map_call_cycles(call: MapCall) -> int:
     if call.kind == "attention":
         q, k, v = call.inputs
         rate = ipu21.precision(q.dtype).amp_macs_per_cycle
-        return attention_cycles(q.rows, k.rows, q.cols, v.cols, rate) + launch
+        mask = elementwise_cycles("add", q.rows * k.rows) if len(call.inputs) == 4 else 0
+        return attention_cycles(q.rows, k.rows, q.cols, v.cols, rate) + mask + launch
+    if call.kind in ("gather_rows", "transpose", "concat", "argmax"):
+        return indexing_call_cycles(call) + launch
     if call.kind == "cast":
         src = call.inputs[0]
         in_bytes = elements * ipu21.precision(src.dtype).element_bytes
         out_bytes = elements * ipu21.precision(out.dtype).element_bytes
         return elementwise_cycles("cast", elements, in_bytes, out_bytes) + launch
     return elementwise_cycles(call.kind, elements) + launch
+
+
+def indexing_call_cycles(call: MapCall) -> int:
+    """Cycles of a gather_rows, transpose, concat or argmax call (launch excluded)."""
+    out = call.out
+    if call.kind == "gather_rows":
+        return gather_rows_cycles(out.rows, out.rows * out.cols * _eb(out.dtype))
+    if call.kind == "transpose":
+        return transpose_cycles(out.rows * out.cols)
+    if call.kind == "concat":
+        return concat_cycles([v.rows * v.cols * _eb(v.dtype) for v in call.inputs])
+    src = call.inputs[0]
+    return argmax_cycles(src.rows * src.cols)
+
+
+def _eb(dtype: str) -> int:
+    return ipu21.precision(dtype).element_bytes
 
 
 def call_cycles(call: KernelCall) -> int:

@@ -51,6 +51,7 @@ from ipu_stack.low.program import (
 from ipu_stack.package.format import Package, element_bytes, flat_rows
 from ipu_stack.package.validate import validate
 from ipu_stack.place.assign import Allocation, Placement
+from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.sim import RunResult, SimDevice
 from ipu_stack.target import ipu21
 
@@ -386,6 +387,8 @@ class Session:
                 raise GraphError(
                     f"{call}: {role} {name!r} expects shape {tuple(b['shape'])}, got {array.shape}"
                 )
+            if b["dtype"] == "i32":
+                array = host_int32(array, name, GraphError)
             dtype = host_dtype(b["dtype"])
             out[name] = array.astype(dtype, copy=False).reshape(b["shape"])
         return out

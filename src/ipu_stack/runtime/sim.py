@@ -50,6 +50,8 @@ from ipu_stack.low.program import (
     View,
 )
 from ipu_stack.place.assign import Placement
+from ipu_stack.runtime import indexing_semantics
+from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.target import ipu21
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
@@ -248,6 +250,8 @@ class SimDevice:
                     f"got {tuple(array.shape)}"
                 )
             dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
+            if binding.dtype == "i32":
+                array = host_int32(array, binding.name, SimulationError)
             stored = (
                 encode_f143(array, binding.scale_exponent)
                 if binding.dtype == "f8"
@@ -551,6 +555,8 @@ def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
     """NumPy semantics of the non-GEMM kernels: f32 arithmetic, rounded once on output."""
     from scipy.special import erf
 
+    if indexing_semantics.handles(call):  # integer, indexing and rearrangement kernels
+        return indexing_semantics.indexing_semantics(call, args)
     x = [a.astype(np.float32) for a in args]
     if call.kind == "cast":
         source = decode_f143(args[0], int(call.attr("source_scale_exponent")))
@@ -572,8 +578,10 @@ def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
         e = np.exp(x[0] - x[0].max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
     if call.kind == "attention":
-        q, k, v = x
+        q, k, v = x[:3]
         s = (q @ k.T) * np.float32(call.attr("scale"))
+        if len(x) == 4:  # additive mask: a [rows, Tk] block, or one row / column broadcast
+            s = s + x[3]
         if call.attr("causal"):
             q0, tq = int(call.attr("q_offset")), int(call.attr("q_total"))
             qi = np.arange(q0, q0 + q.shape[0])[:, None] + (k.shape[0] - tq)

@@ -92,13 +92,18 @@ F32 = Precision("f32", 4, 16, 8, 16, "float32")
 # float8_e4m3fnuz. AMP rate facts §3 [I], K micro 32 facts §15.1 [T], format reference-system §1.4.
 # Graphs use it for GEMM operands (products accumulate into F16), casts and data movement.
 F8 = Precision("f8", 1, 128, 32, 16, "float8_e4m3fnuz")
-PRECISIONS: dict[str, Precision] = {p.name: p for p in (F16, F32, F8)}
+# 32-bit integers (token ids, argmax indices, 0/1 masks): word-sized like F32 (facts §5.2
+# natural alignment); no AMP path (rate 0), so GEMMs and attention refuse them.
+I32 = Precision("i32", 4, 0, 1, 1, "int32")
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (F16, F32, F8, I32)}
+#: precisions that hold floating-point values (everything but the integer one)
+FLOAT_PRECISIONS = ("f16", "f32", "f8")
 #: precision of a GEMM's output (and partials) for each operand precision
 GEMM_OUTPUT_PRECISION = {"f16": "f16", "f32": "f32", "f8": "f16"}
 
 
 def precision(name: str) -> Precision:
-    """Look up a precision by name (``f16``, ``f32`` or ``f8``)."""
+    """Look up a precision by name (``f16``, ``f32``, ``f8`` or ``i32``)."""
     try:
         return PRECISIONS[name]
     except KeyError:

@@ -23,7 +23,7 @@ ATTENTION_LAUNCHES_PER_BLOCK = 4
 
 def elementwise_cycles(kind: str, elements: int, in_bytes: int = 0, out_bytes: int = 0) -> int:
     """Cycles of an elementwise kernel over ``elements`` outputs."""
-    if kind in ("add", "mul"):
+    if kind in ("add", "mul", "equal", "where"):  # i32 too: one vector op per element [I]
         return int(ipu21.ADD_FIXED_CYCLES + ipu21.ADD_CYCLES_PER_ELEMENT * elements + 0.999)
     if kind == "gelu":
         return GELU_CYCLES_PER_ELEMENT * elements
@@ -47,3 +47,36 @@ def attention_cycles(q_rows: int, k_rows: int, d: int, dv: int, amp_macs_per_cyc
         + row_kernel_cycles("softmax", q_rows, k_rows)
         + blocks * ATTENTION_LAUNCHES_PER_BLOCK * ipu21.KERNEL_LAUNCH_CYCLES
     )
+
+
+# Indexing and rearrangement kernels (no measurement yet; structure of the formulas above, [I]):
+# gather_rows streams every output row (owned rows copied, the others zero-filled) at the local
+# copy rate with the per-call copy cost, plus a few cycles per id to load it, compare it with
+# the block's two bounds and form the row address.
+GATHER_CYCLES_PER_ID = 4
+# transpose moves one element at a time (a load and a store each, no 64-bit packing).
+TRANSPOSE_CYCLES_PER_ELEMENT = 2
+
+
+def gather_rows_cycles(ids: int, out_bytes: int) -> int:
+    """One tile's row gather: ``ids`` ids, ``out_bytes`` bytes of output rows written."""
+    copy = -(-out_bytes // ipu21.LOCAL_COPY_BYTES_PER_CYCLE) + ipu21.LOCAL_COPY_CALL_CYCLES
+    return copy + GATHER_CYCLES_PER_ID * ids
+
+
+def transpose_cycles(elements: int) -> int:
+    """One tile's local transpose of a staged block of ``elements`` elements."""
+    return ipu21.LOCAL_COPY_CALL_CYCLES + TRANSPOSE_CYCLES_PER_ELEMENT * elements
+
+
+def concat_cycles(input_bytes: list[int]) -> int:
+    """Side-by-side copy of the inputs: one local copy per input (facts §12.1 rate)."""
+    return sum(
+        -(-b // ipu21.LOCAL_COPY_BYTES_PER_CYCLE) + ipu21.LOCAL_COPY_CALL_CYCLES
+        for b in input_bytes
+    )
+
+
+def argmax_cycles(in_elements: int) -> int:
+    """Row argmax: one compare per input element, at the elementwise add rate [I]."""
+    return elementwise_cycles("add", in_elements)
