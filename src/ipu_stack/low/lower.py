@@ -10,6 +10,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value
 from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.lower_gemm import lower_gemm
+from ipu_stack.low.lower_indexing import INDEXING_LOWERINGS
 from ipu_stack.low.lower_ops import LOWERINGS, OpLowering
 from ipu_stack.low.program import (
     Binding,
@@ -162,8 +163,9 @@ def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, i
             from ipu_stack.low.lower_repeat import lower_repeat
 
             value_shards[op.output], estimates[op.name] = lower_repeat(ctx, op)
-        elif op.kind in LOWERINGS:
-            value_shards[op.output] = LOWERINGS[op.kind](ctx, op)
+        elif op.kind in LOWERINGS or op.kind in INDEXING_LOWERINGS:
+            lowering = INDEXING_LOWERINGS.get(op.kind) or LOWERINGS[op.kind]
+            value_shards[op.output] = lowering(ctx, op)
             estimates[op.name] = step_estimate(*ctx.costs[op.name])
         else:
             raise GraphError(f"{op.name}: operation kind {op.kind!r} cannot be lowered yet")

@@ -415,7 +415,8 @@ def lower_slice(ctx: OpLowering, op: Operation) -> list[Shard]:
 def lower_attention(ctx: OpLowering, op: Operation) -> list[Shard]:
     """Each tile takes a block of query rows of one head, with that head's keys and values."""
     g = ctx.graph
-    q, k, v = (g.value(i) for i in op.inputs)
+    q, k, v = (g.value(i) for i in op.inputs[:3])
+    mask = g.value(op.inputs[3]) if len(op.inputs) == 4 else None
     out = g.value(op.output)
     tq, d = q.shape[-2:]
     tk, dv = v.shape[-2:]
@@ -444,6 +445,12 @@ def lower_attention(ctx: OpLowering, op: Operation) -> list[Shard]:
                 ref = ctx.carve(tile, f"{op.name}.{role}", (r_hi - r_lo) * stride)
                 requests[val.id].append(GatherRequest(tile, ref, stride, (r_lo, r_hi), (0, width)))
                 views.append(View(ref, r_hi - r_lo, width, stride, val.dtype))
+            if mask is not None:  # the mask rows of these scores, broadcast where it can
+                scores = (*q.shape[:-1], tk)
+                span = (h * tq + q0, h * tq + q1)
+                view, reqs = _stage(ctx, op, mask, tile, span, (0, tk), scores, f"{op.name}.mask")
+                views.append(view)
+                requests[mask.id].extend(reqs)
             stride = _stride(dv, eb)
             oref = ctx.carve(tile, f"{op.name}.out", rows * stride)
             attrs = (
@@ -462,7 +469,7 @@ def lower_attention(ctx: OpLowering, op: Operation) -> list[Shard]:
             if count == per_tile:
                 tile, count = tile + 1, 0
     ctx.close_buffers()
-    _finish(ctx, op, [q, k, v], requests, calls)
+    _finish(ctx, op, [q, k, v] + ([mask] if mask else []), requests, calls)
     return shards
 
 
@@ -471,6 +478,8 @@ LOWERINGS = {
     "mul": lower_map,
     "gelu": lower_map,
     "cast": lower_map,
+    "equal": lower_map,
+    "where": lower_map,
     "layer_norm": lower_map,
     "softmax": lower_map,
     "view": lower_view,

@@ -43,7 +43,7 @@ def indexing_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
         return _gather_rows(call, args[0], args[1])
     if kind == "transpose":
         c0 = int(call.attr("col_offset"))
-        return args[0][:, c0 : c0 + call.out.rows].T
+        return np.ascontiguousarray(args[0][:, c0 : c0 + call.out.rows].T)
     if kind == "concat":
         return np.concatenate(args, axis=1)
     if kind == "argmax":

@@ -56,7 +56,7 @@ def attention_candidates(
     graph: ComputeGraph, op: Operation, formats: dict[int, TensorFormat], tiles: int
 ) -> list[Candidate]:
     del formats
-    q, _, v = (graph.value(i) for i in op.inputs)
+    q, _, v = (graph.value(i) for i in op.inputs[:3])
     out = graph.value(op.output)
     tq, d = q.shape[-2:]
     tk, dv = v.shape[-2:]
@@ -67,7 +67,8 @@ def attention_candidates(
     eb = ipu21.precision(q.dtype).element_bytes
     rate = ipu21.precision(q.dtype).amp_macs_per_cycle
     compute = per_tile * (attention_cycles(qb, tk, d, dv, rate) + ipu21.KERNEL_LAUNCH_CYCLES)
-    words = per_tile * (qb * d + tk * (d + dv)) * eb // 4
+    mask = per_tile * qb * tk * eb if len(op.inputs) == 4 else 0  # worst case: no broadcast
+    words = (per_tile * (qb * d + tk * (d + dv)) * eb + mask) // 4
     exchange = ipu21.EXCHANGE_PHASE_OVERHEAD + words
     n, c = flat_shape(out.shape)
     fmt = row_layout_format(out.dtype, n, c, min(tiles, heads * -(-tq // qb)))
@@ -75,13 +76,13 @@ def attention_candidates(
         fmt.precision,
         Layout(fmt.layout.order, fmt.layout.tiling, 1, fmt.layout.tile_group, "any", heads),
     )
-    staged = per_tile * (qb * d + tk * (d + dv) + qb * dv) * eb
+    staged = per_tile * (qb * d + tk * (d + dv) + qb * dv) * eb + mask
     return [
         Candidate(
             op.name,
             "attention",
             ("rows", tiles),
-            (None, None, None),
+            tuple(None for _ in op.inputs),
             fmt,
             compute + exchange,
             exchange,
