@@ -385,6 +385,68 @@ _OTHER_KERNELS = (
     ),
 )
 
+_IDX = "ipu_stack.runtime.indexing_semantics:indexing_semantics"
+_MAP_CYCLES = f"{_COSTS}:map_call_cycles"
+_I32_OUT = Operand("output", "output", "$m2", "i32", "row-major 2-D view", 8)
+
+
+def _view(name: str, register: str, dtype: str, layout: str = "row-major 2-D view") -> Operand:
+    return Operand(name, "input", register, dtype, layout, 8)
+
+
+# Integer, indexing and rearrangement kernels (MapCall kinds; semantics in
+# runtime/indexing_semantics.py, cycle models in target/op_cycles.py via low/costs.py).
+_INDEXING_KERNELS = tuple(
+    _other_kernel(name, summary, operands, _MAP_CYCLES, _IDX)
+    for name, summary, operands in (
+        (
+            "gather_rows",
+            "out[i] = table[ids[i] - row_offset] for the ids this table block holds, zero rows "
+            "for the others; an id outside [0, table_rows) faults (names ids, position, id)",
+            (
+                _OUT,
+                _view("table", "$m3", "f16|f32", "[rows, w] block of table rows"),
+                _view("ids", "$m4", "i32", "all ids, row-major"),
+                Operand("row_offset", "scalar", "$m5", "u32", "first table row of the block"),
+                Operand("table_rows", "scalar", "$m6", "u32", "rows of the whole table"),
+            ),
+        ),
+        (
+            "transpose",
+            "out[s, X] = staging[X, s].T (local part of an on-chip transpose)",
+            (_OUT, _view("staging", "$m3", "f16|f32|f8|i32", "[X, s] strip")),
+        ),
+        ("concat", "inputs side by side along the columns", (_OUT, _IN)),
+        ("argmax", "index of the first maximum of each row (i32)", (_I32_OUT, _IN)),
+        ("equal", "1 where a == b else 0 (i32), NumPy broadcast", (_I32_OUT, _IN)),
+        (
+            "where",
+            "a where cond != 0 else b, NumPy broadcast",
+            (
+                _OUT,
+                _view("cond", "$m3", "i32"),
+                _view("a", "$m4", "f16|f32|i32"),
+                _view("b", "$m5", "f16|f32|i32"),
+            ),
+        ),
+        (
+            "add_i32",
+            "a + b on i32, wrapping like int32",
+            (_I32_OUT, _view("inputs", "$m3..", "i32")),
+        ),
+        (
+            "mul_i32",
+            "a * b on i32, wrapping like int32",
+            (_I32_OUT, _view("inputs", "$m3..", "i32")),
+        ),
+        (
+            "cast_i32",
+            "float -> i32 rounding toward zero (NaN -> 0, saturating); i32 -> float to nearest",
+            (_OUT, _view("source", "$m3", "f16|f32|i32")),
+        ),
+    )
+)
+
 GEMM_KERNELS: dict[tuple[str, str, bool], GemmKernelSpec] = {
     (p.name, "interleaved" if il else "standard", packed): _gemm_spec(p, il, packed)
     for p in (F16, F8, F32)
@@ -395,6 +457,7 @@ GEMM_KERNELS: dict[tuple[str, str, bool], GemmKernelSpec] = {
 KERNELS: dict[str, KernelSpec] = {
     **{spec.name: spec for spec in GEMM_KERNELS.values()},
     **{spec.name: spec for spec in _OTHER_KERNELS},
+    **{spec.name: spec for spec in _INDEXING_KERNELS},
 }
 
 

@@ -36,7 +36,7 @@ def map_call_cycles(call: MapCall) -> int:
     if call.kind in ("layer_norm", "softmax"):
         return row_kernel_cycles(call.kind, out.rows, out.cols) + launch
     if call.kind == "attention":
-        q, k, v = call.inputs
+        q, k, v = call.inputs[:3]
         rate = ipu21.precision(q.dtype).amp_macs_per_cycle
         mask = elementwise_cycles("add", q.rows * k.rows) if len(call.inputs) == 4 else 0
         return attention_cycles(q.rows, k.rows, q.cols, v.cols, rate) + mask + launch

@@ -3,19 +3,21 @@
 A permutation that keeps the last axis is a *row move*: every output row is one source row,
 so whole-row runs are gathered into a row layout (local copies and exchange; parameters are
 written by the host). A permutation that moves the last axis is cut into three steps
-(:func:`~ipu_stack.mid.candidates.indexing.transpose_steps`):
+(:func:`~ipu_stack.mid.candidates.indexing.transpose_steps`), ``Y`` the source's last axis
+and ``X`` the axis that becomes last:
 
-1. a row move to ``[*lead, X, Y]`` (skipped when it is the identity), ``Y`` the source's last
-   axis and ``X`` the axis that becomes last;
-2. a batched swap ``[B, X, Y] -> [B, Y, X]``: output rows are cut into strips of ``s``
-   columns of ``Y`` (word-aligned, about one strip per tile, at most
-   ``TRANSPOSE_MAX_PIECES`` pieces in the phase); the tile of strip ``(b, y0)`` receives the
-   ``[X, s]`` block ``T1[b, :, y0:y0+s]`` (one piece per source row) and the ``transpose``
-   kernel writes its ``s`` output rows of ``X``;
-3. a row move to the requested order (skipped when it is the identity).
+1. *re-tile* into ``T1 = [*lead, X, Y]`` (flat rows ``B*X`` of ``Y``), cut into chunks of
+   rows that stay inside one ``[X, Y]`` matrix and start on 32-bit words of the output
+   (:func:`batch_aligned_partition`): one exchange of whole-row runs (host writes for a
+   parameter). Skipped when the value's own shards already have that property.
+2. *local transpose*: every tile transposes its chunk ``T1[b, x0:x1, c0:c1]`` in place of
+   the producer (``transpose`` kernel, no exchange) into the output block rows
+   ``b*Y + c0 .. b*Y + c1``, columns ``x0 .. x1``: the swapped value is held as 2-D blocks.
+3. a row move to the requested order when the leading axes also move (skipped otherwise).
 
-Each step is costed in the planner (``mid/candidates/indexing.py``), placed and simulated like
-every other step.
+A strip fallback (``_swap_strips``: each tile receives an ``[X, s]`` strip and transposes
+it) serves shards that are stored transposed. Each step is costed in the planner
+(``mid/candidates/indexing.py``), placed and simulated like every other step.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ def _row_move(
     dtype: str,
     label: str,
     moves: _Moves,
+    partition: list[tuple[int, int, int]] | None = None,
 ) -> list[Shard]:
-    """``transpose(src, perm)`` for a ``perm`` that keeps the last axis, in a row layout."""
+    """``transpose(src, perm)`` for a ``perm`` that keeps the last axis, in a row layout
+    (``partition``: (tile, first row, end row) chunks; default: rows spread evenly)."""
     rank = len(shape)
     out_shape = tuple(shape[p] for p in perm)
     n, c = flat_shape(out_shape)
@@ -69,7 +73,9 @@ def _row_move(
     stride = _stride(c, eb)
     reqs: list[GatherRequest] = []
     shards = []
-    for tile, r0, r1 in row_partition(n, ctx.row_tiles.get(op.name, ctx.tiles)):
+    if partition is None:
+        partition = row_partition(n, ctx.row_tiles.get(op.name, ctx.tiles))
+    for tile, r0, r1 in partition:
         ref = ctx.carve(tile, f"{op.name}.{label}", (r1 - r0) * stride)
         shards.append(Shard(tile, ref, (r0, r1), (0, c), stride))
         if rank == 1:
@@ -93,7 +99,7 @@ def _row_move(
     return shards
 
 
-def _swap_last_two(
+def _swap_strips(
     ctx: OpLowering,
     op: Operation,
     src: Source,
@@ -145,6 +151,74 @@ def _swap_last_two(
     return shards
 
 
+def batch_aligned_partition(
+    batch: int, x: int, tiles: int, unit: int
+) -> list[tuple[int, int, int]]:
+    """Chunks of the ``batch * x`` rows of ``[B, X, Y]``: each inside one matrix, starting
+    at a multiple of ``unit`` rows from the matrix start: (tile, first row, end row)."""
+    if batch >= tiles:
+        per = -(-batch // tiles)
+        return [(t, t * per * x, min(batch, (t + 1) * per) * x) for t in range(-(-batch // per))]
+    parts = max(1, tiles // batch)
+    rows = -(-x // parts)
+    chunk = -(-rows // unit) * unit
+    out: list[tuple[int, int, int]] = []
+    for b in range(batch):
+        for x0 in range(0, x, chunk):
+            out.append((len(out), b * x + x0, b * x + min(x, x0 + chunk)))
+    return out
+
+
+def _sub_blocks(sh: Shard, x: int) -> list[tuple[int, int, int]]:
+    """The parts of a shard's rows inside each matrix: (matrix, first row, end row)."""
+    out = []
+    for b in range(sh.rows[0] // x, -(-sh.rows[1] // x)):
+        lo, hi = max(sh.rows[0], b * x), min(sh.rows[1], (b + 1) * x)
+        if hi > lo:
+            out.append((b, lo, hi))
+    return out
+
+
+def _aligned(shards: list[Shard], x: int, unit: int) -> bool:
+    """Whether every shard can be transposed where it is (word-aligned output columns)."""
+    return all(
+        not sh.transposed and all((lo - b * x) % unit == 0 for b, lo, _ in _sub_blocks(sh, x))
+        for sh in shards
+    )
+
+
+def _swap_local(
+    ctx: OpLowering, op: Operation, shards: list[Shard], x: int, y: int, dtype: str, moves: _Moves
+) -> list[Shard]:
+    """``[B, X, Y] -> [B, Y, X]`` by transposing every shard's blocks on its own tile."""
+    eb = lookup_precision(dtype).element_bytes
+    calls: list[KernelCall] = []
+    out = []
+    for sh in shards:
+        c0, c1 = sh.cols
+        for b, lo, hi in _sub_blocks(sh, x):
+            stride = _stride(hi - lo, eb)
+            ref = ctx.carve(sh.tile, f"{op.name}.swapped", (c1 - c0) * stride)
+            src = View(sh.ref.at((lo - sh.rows[0]) * sh.row_stride), hi - lo, c1 - c0,
+                       sh.row_stride, dtype)  # fmt: skip
+            calls.append(
+                MapCall(
+                    sh.tile,
+                    "transpose",
+                    View(ref, c1 - c0, hi - lo, stride, dtype),
+                    (src,),
+                    (("col_offset", 0),),
+                )
+            )
+            out.append(
+                Shard(sh.tile, ref, (b * y + c0, b * y + c1), (lo - b * x, hi - b * x), stride)
+            )
+    ctx.close_buffers()
+    ctx.builder.compute(calls)
+    moves.calls += calls
+    return out
+
+
 def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
     """Any permutation of any value (host input, parameter or produced on chip)."""
     g = ctx.graph
@@ -160,15 +234,21 @@ def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
     a = perm[-1]
     lead = [p for p in perm if p not in (a, rank - 1)]
     t1_shape = (*(src.shape[p] for p in lead), src.shape[a], src.shape[-1])
-    current: Source = src
-    if first is not None:
-        current = _row_move(ctx, op, src, src.shape, first, out.dtype, "regroup", moves)
     x, y = src.shape[a], src.shape[-1]
     batch = src.size // (x * y)
-    current = _swap_last_two(ctx, op, current, batch, x, y, out.dtype, moves)
+    unit = max(1, 4 // lookup_precision(out.dtype).element_bytes)
+    own = ctx.shards_of(src) if first is None and src.kind != "parameter" else None
+    if own is not None and _aligned(own, x, unit):
+        current = _swap_local(ctx, op, own, x, y, out.dtype, moves)
+    elif own is not None and any(sh.transposed for sh in own):
+        current = _swap_strips(ctx, op, src, batch, x, y, out.dtype, moves)
+    else:
+        parts = batch_aligned_partition(batch, x, ctx.row_tiles.get(op.name, ctx.tiles), unit)
+        regroup = first or tuple(range(rank))
+        t1 = _row_move(ctx, op, src, src.shape, regroup, out.dtype, "regroup", moves, parts)
+        current = _swap_local(ctx, op, t1, x, y, out.dtype, moves)
     if second != tuple(range(rank)):
         t2_shape = (*t1_shape[:-2], y, x)
         current = _row_move(ctx, op, current, t2_shape, second, out.dtype, "out", moves)
     ctx.costs[op.name] = (moves.calls, moves.transfers, [])
-    assert isinstance(current, list)
     return current

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.mid.candidates.base import Candidate
 from ipu_stack.mid.candidates.gemm import gemm_candidates
-from ipu_stack.mid.candidates.indexing import INDEXING_CANDIDATES
+from ipu_stack.mid.candidates.indexing import INDEXING_CANDIDATES, transpose_candidates
 from ipu_stack.mid.candidates.movement import attention_candidates, movement_candidates
 from ipu_stack.mid.candidates.pointwise import pointwise_candidates
 from ipu_stack.mid.candidates.repeat import repeat_candidates
@@ -25,6 +25,8 @@ def candidates_for(
     if op.kind == "gemm":
         assert problem is not None
         return gemm_candidates(graph, op, problem, tiles, capacity_scale, formats)
+    if op.kind == "transpose":
+        return transpose_candidates(graph, op, formats, tiles)
     if op.kind in INDEXING_CANDIDATES:
         return INDEXING_CANDIDATES[op.kind](graph, op, tiles)
     if op.kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax", "equal", "where"):

@@ -29,7 +29,7 @@ GATHER_TABLE_BLOCK_BYTES = 128 * 1024
 #: rearrangements to few pieces per row)
 GATHER_MIN_BLOCK_BYTES = 64
 #: a transpose's strip staging is sized so the phase moves at most this many pieces
-TRANSPOSE_MAX_PIECES = 60_000
+TRANSPOSE_MAX_PIECES = 16_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,35 +181,36 @@ def transpose_steps(perm: tuple[int, ...]) -> tuple[tuple[int, ...] | None, tupl
     return (None if first == tuple(range(rank)) else first), second
 
 
-def transpose_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Candidate]:
+def transpose_candidates(
+    graph: ComputeGraph, op: Operation, formats: dict[int, TensorFormat], tiles: int
+) -> list[Candidate]:
     src, out = graph.value(op.inputs[0]), graph.value(op.output)
     perm = op.attr("perm")
     rank = len(perm)
     n, c = flat_shape(out.shape)
     eb = ipu21.precision(out.dtype).element_bytes
     fmt = row_layout_format(out.dtype, n, c, tiles)
-    rows = fmt.layout.tiling[0].block
+    row_words = fmt.layout.tiling[0].block * c * eb // 4
     if perm[-1] == rank - 1:  # rows move, the last axis stays
-        return [_row_candidate(op, fmt, tiles, 0, rows * c * eb // 4, 0)]
+        return [_row_candidate(op, fmt, tiles, 0, row_words, 0)]
     first, second = transpose_steps(perm)
-    x, y = src.shape[perm[-1]], src.shape[-1]
-    batch = src.size // (x * y)
-    strip = transpose_strip(batch, x, y, eb, tiles)
-    items = batch * -(-y // strip)
-    per_tile = -(-items // tiles)
-    block = per_tile * x * strip * eb
-    kernel = per_tile * (transpose_cycles(x * strip) + ipu21.KERNEL_LAUNCH_CYCLES)
-    words = block // 4
-    if first is not None:
-        words += rows * c * eb // 4 + ipu21.EXCHANGE_PHASE_OVERHEAD
+    src_fmt = formats.get(src.id)
+    words = 0
+    if first is None and src_fmt is not None:  # transposed where the producer holds it
+        rows_t, cols_t = src_fmt.layout.tiling
+        block = rows_t.block * cols_t.block
+    else:  # re-tiled into matrix-aligned row chunks first
+        block = -(-src.size // tiles)
+        words += ipu21.EXCHANGE_PHASE_OVERHEAD + block * eb // 4
+    kernel = transpose_cycles(block) + ipu21.KERNEL_LAUNCH_CYCLES
     if second != tuple(range(rank)):
-        words += rows * c * eb // 4 + ipu21.EXCHANGE_PHASE_OVERHEAD
-    return [_row_candidate(op, fmt, tiles, kernel, words, block)]
+        words += ipu21.EXCHANGE_PHASE_OVERHEAD + row_words
+    staged = block * eb
+    return [_row_candidate(op, fmt, tiles, kernel, words, staged)]
 
 
 INDEXING_CANDIDATES = {
     "gather": gather_candidates,
     "concat": concat_candidates,
     "argmax": argmax_candidates,
-    "transpose": transpose_candidates,
 }
