@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.graph.elementwise import KINDS as ELEMENTWISE_KINDS
 from ipu_stack.mid.candidates.base import Candidate
 from ipu_stack.mid.candidates.gemm import gemm_candidates
 from ipu_stack.mid.candidates.movement import attention_candidates, movement_candidates
@@ -24,7 +25,7 @@ def candidates_for(
     if op.kind == "gemm":
         assert problem is not None
         return gemm_candidates(graph, op, problem, tiles, capacity_scale, formats)
-    if op.kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax"):
+    if op.kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax", *ELEMENTWISE_KINDS):
         return pointwise_candidates(graph, op, formats, tiles)
     if op.kind in ("view", "transpose", "slice"):
         return movement_candidates(graph, op, formats, tiles)
