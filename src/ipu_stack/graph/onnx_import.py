@@ -35,6 +35,7 @@ from ipu_stack.graph.onnx_patterns import (
     Fusion,
     GeluFusion,
     GemmFusion,
+    NanGuardFusion,
     OnnxIndex,
     attribute,
     match_fusions,
@@ -222,6 +223,7 @@ class Importer:
             vi.name: vi.type.tensor_type.elem_type
             for vi in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]
         }
+        self.index.elem_types = self.elem_types
         for tensor in proto.graph.initializer:
             self.index.constants[tensor.name] = numpy_helper.to_array(tensor)
         self.fold_failures: dict[int, str] = {}
@@ -297,6 +299,7 @@ class Importer:
                 continue
             if not all(n in constants for n in inputs):
                 continue
+            results: Any = None
             try:
                 results = ReferenceEvaluator(node).run(None, {n: constants[n] for n in inputs})
             except Exception as err:  # the reference raises whatever NumPy raises
@@ -439,7 +442,11 @@ class Importer:
     ) -> None:
         out, label = node.output[0], self.label(node)
         if isinstance(fusion, GeluFusion):
-            self.env[out] = self.graph.gelu(self.value(fusion.x), name=self.op_name(label))
+            x = self.value(fusion.x)
+            self.env[out] = self.graph.gelu(x, self.op_name(label), fusion.approximate)
+            return
+        if isinstance(fusion, NanGuardFusion):
+            self.env[out] = self.value(fusion.x)
             return
         if isinstance(fusion, AttentionFusion):
             self.env[out] = onnx_ops.attention_fusion(self, fusion, label)

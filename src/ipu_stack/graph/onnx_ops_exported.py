@@ -115,6 +115,24 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
     return y if keep else imp.graph.view(y, x.shape[:-1] or (1,), name=imp.op_name(out))
 
 
+def emit_rms_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """RMSNormalization (opset 23) over the last axis: x / sqrt(mean(x^2) + eps) * scale."""
+    g, out = imp.graph, imp.label(node)
+    x = imp.value(node.input[0])
+    axis = _int(node, "axis", -1)
+    if axis % len(x.shape) != len(x.shape) - 1:
+        raise GraphError(f"axis {axis} of shape {x.shape}: only the last axis is supported")
+    eps = float(attribute(node, "epsilon", 1e-5))  # type: ignore[arg-type]
+    square = g.mul(x, x, name=imp.op_name(f"{out}/square"))
+    mean = g.reduce_mean(square, name=imp.op_name(f"{out}/mean"))
+    shifted = g.add(mean, imp.derived(out, "epsilon", np.array(eps), x),
+                    name=imp.op_name(f"{out}/plus_eps"))  # fmt: skip
+    inv = g.reciprocal(g.sqrt(shifted, name=imp.op_name(f"{out}/rms")),
+                       name=imp.op_name(f"{out}/inverse"))  # fmt: skip
+    normed = g.mul(x, inv, name=imp.op_name(f"{out}/normed"))
+    return g.mul(normed, imp.value(node.input[1]), name=imp.op_name(out))
+
+
 # -- data movement ------------------------------------------------------------------------------
 def emit_split(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """Split into slices (sizes an input from opset 13, an attribute before, or num_outputs)."""
@@ -301,6 +319,7 @@ EMITTERS: dict[str, Emitter] = {
     "Div": emit_div_any,
     "Gelu": emit_gelu_any,
     "ReduceMean": emit_reduce_mean,
+    "RMSNormalization": emit_rms_norm,
     "Split": emit_split,
     "Concat": emit_concat,
     "Gather": emit_gather,
