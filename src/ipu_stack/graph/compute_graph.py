@@ -79,7 +79,7 @@ GemmOp = Operation  # the gemm view of an operation (kept for readability at cal
 #: operations that may produce or consume F8 values (the rest need f16 or f32)
 F8_KINDS = ("gemm", "cast", "view", "transpose", "slice", "repeat")
 
-ELEMENTWISE_BINARY = ("add", "mul")
+ELEMENTWISE_BINARY = ("add", "mul", "sub", "div")
 
 
 @dataclass(slots=True)
@@ -266,10 +266,63 @@ class ComputeGraph(IndexingOps):
         """a * b with NumPy broadcasting."""
         return self._binary("mul", a, b, name)
 
-    def gelu(self, x: Value, name: str | None = None) -> Value:
-        """Exact GeLU: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+    def gelu(self, x: Value, name: str | None = None, approximate: str = "none") -> Value:
+        """GeLU: exact ``x * 0.5 * (1 + erf(x / sqrt(2)))``, or with ``approximate="tanh"``
+        ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``."""
         x = self._check(x)
-        return self._op("gelu", (x,), x.shape, x.dtype, name)
+        if approximate not in ("none", "tanh"):
+            raise GraphError(f"{self._name('gelu', name)}: approximate must be 'none' or "
+                             f"'tanh', got {approximate!r}")  # fmt: skip
+        attrs: dict[str, Any] = {"approximate": "tanh"} if approximate == "tanh" else {}
+        return self._op("gelu", (x,), x.shape, x.dtype, name, **attrs)
+
+    # elementwise functions (semantics: graph/elementwise.py, one kernel each)
+    def sub(self, a: Value, b: Value, name: str | None = None) -> Value:
+        """a - b with NumPy broadcasting."""
+        return self._binary("sub", a, b, name)
+
+    def div(self, a: Value, b: Value, name: str | None = None) -> Value:
+        """a / b with NumPy broadcasting."""
+        return self._binary("div", a, b, name)
+
+    def unary(self, kind: str, x: Value, name: str | None = None, **attrs: Any) -> Value:
+        """One of the elementwise functions of ``elementwise.UNARY`` (tanh, sigmoid, ...)."""
+        from ipu_stack.graph.elementwise import UNARY, check_unary
+
+        x = self._check(x)
+        if kind not in UNARY:
+            raise GraphError(f"unknown elementwise function {kind!r}; known: {', '.join(UNARY)}")
+        check_unary(self._name(kind, name), kind, attrs)
+        return self._op(kind, (x,), x.shape, x.dtype, name, **attrs)
+
+    def tanh(self, x: Value, name: str | None = None) -> Value:
+        """Hyperbolic tangent."""
+        return self.unary("tanh", x, name)
+
+    def sigmoid(self, x: Value, name: str | None = None) -> Value:
+        """1 / (1 + exp(-x))."""
+        return self.unary("sigmoid", x, name)
+
+    def sqrt(self, x: Value, name: str | None = None) -> Value:
+        """Square root (NaN below zero, as NumPy)."""
+        return self.unary("sqrt", x, name)
+
+    def reciprocal(self, x: Value, name: str | None = None) -> Value:
+        """1 / x."""
+        return self.unary("reciprocal", x, name)
+
+    def neg(self, x: Value, name: str | None = None) -> Value:
+        """-x."""
+        return self.unary("neg", x, name)
+
+    def pow(self, x: Value, exponent: float, name: str | None = None) -> Value:
+        """x ** exponent for a constant exponent."""
+        return self.unary("pow", x, name, exponent=float(exponent))
+
+    def reduce_mean(self, x: Value, name: str | None = None) -> Value:
+        """Mean over the last axis, kept as an axis of 1 (``keepdims``)."""
+        x = self._check(x)
+        return self._op("reduce_mean", (x,), (*x.shape[:-1], 1), x.dtype, name)
 
     def layer_norm(
         self,
@@ -517,9 +570,16 @@ def reference_op(op: Operation, args: list[np.ndarray]) -> np.ndarray:
         return args[0] + args[1]
     if op.kind == "mul":
         return args[0] * args[1]
+    if op.kind == "gelu" and op.attr("approximate") == "tanh":
+        x = args[0]
+        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
     if op.kind == "gelu":
         x = args[0]
         return x * 0.5 * (1.0 + erf(x / np.sqrt(2.0)))
+    from ipu_stack.graph.elementwise import reference_elementwise
+
+    if (result := reference_elementwise(op, args)) is not None:
+        return result
     if op.kind == "layer_norm":
         x, scale, bias = args
         mean = x.mean(axis=-1, keepdims=True)

@@ -26,26 +26,26 @@ import onnx
 from onnx import NodeProto, TensorProto, numpy_helper
 
 from ipu_stack.errors import GraphError
-from ipu_stack.graph import onnx_ops
+from ipu_stack.graph import onnx_ops, onnx_ops_exported
 from ipu_stack.graph.compute_graph import ComputeGraph, Value
+from ipu_stack.graph.onnx_fold import numpy_fold
 from ipu_stack.graph.onnx_ops import PRECISION_OF
 from ipu_stack.graph.onnx_patterns import (
     AttentionFusion,
     Fusion,
     GeluFusion,
     GemmFusion,
+    NanGuardFusion,
     OnnxIndex,
     attribute,
     match_fusions,
 )
+from ipu_stack.target.ipu21 import PRECISIONS
 
 NUMPY_OF = {"f32": np.float32, "f16": np.float16}
 #: Op types the importer emits (others only fold to constants or sit inside a pattern).
-SUPPORTED_OPS = (
-    "Add", "Attention", "Cast", "Div", "Flatten", "Gelu", "Gemm", "Identity",
-    "LayerNormalization", "MatMul", "Mul", "Reshape", "Slice", "Softmax", "Squeeze", "Sub",
-    "Transpose", "Unsqueeze",
-)  # fmt: skip
+EMITTERS = {**onnx_ops.EMITTERS, **onnx_ops_exported.EMITTERS}
+SUPPORTED_OPS = tuple(sorted(EMITTERS))
 #: Never folded, even with constant inputs: their result is not a function of their inputs.
 NONDETERMINISTIC = ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                     "RandomUniform", "RandomUniformLike")  # fmt: skip
@@ -93,6 +93,11 @@ class OnnxBindings:
                     f"ONNX graph input {onnx_name!r}: expected shape {value.shape}, "
                     f"got {array.shape}"
                 )
+            if value.dtype == "i32":
+                if array.size and (array.min() < -(2**31) or array.max() >= 2**31):
+                    raise GraphError(f"ONNX graph input {onnx_name!r}: values do not fit int32")
+                feeds[value.name] = array.astype(np.int32).reshape(value.shape)
+                continue
             feeds[value.name] = array.astype(NUMPY_OF[value.dtype]).reshape(value.shape)
         return feeds
 
@@ -218,6 +223,7 @@ class Importer:
             vi.name: vi.type.tensor_type.elem_type
             for vi in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]
         }
+        self.index.elem_types = self.elem_types
         for tensor in proto.graph.initializer:
             self.index.constants[tensor.name] = numpy_helper.to_array(tensor)
         self.fold_failures: dict[int, str] = {}
@@ -234,13 +240,27 @@ class Importer:
         plan = match_fusions(self.index)
         self.bindings.fusions = plan.notes
         live = self._live(plan.roots)
+        failures: list[str] = []
+        failed: set[str] = set()  # outputs of failed nodes: their users are not tried
         for position, node in enumerate(self.index.nodes):
             if position not in live:
                 continue
+            fusion = plan.roots.get(position)
+            operands = [*fusion.operands, *node.input[2:3]] if fusion else list(node.input)
+            if failed.intersection(operands):
+                failed.update(node.output)
+                continue
             try:
-                self._emit(node, position, plan.roots.get(position), live[position])
+                self._emit(node, position, fusion, live[position])
             except GraphError as err:
-                raise GraphError(f"{describe(node, position)}: {err}") from None
+                failures.append(f"{describe(node, position)}: {err}")
+                failed.update(node.output)
+        if len(failures) == 1:
+            raise GraphError(failures[0])
+        if failures:
+            raise GraphError(
+                f"{len(failures)} ONNX nodes cannot be imported:\n" + "\n".join(failures)
+            )
         self._outputs()
         self.bindings.ignored_inputs = tuple(n for n in self.inputs if n not in self.env)
         self.graph.verify()
@@ -279,11 +299,18 @@ class Importer:
                 continue
             if not all(n in constants for n in inputs):
                 continue
+            results: Any = None
             try:
                 results = ReferenceEvaluator(node).run(None, {n: constants[n] for n in inputs})
             except Exception as err:  # the reference raises whatever NumPy raises
-                self.fold_failures[position] = f"{type(err).__name__}: {err}"
-                continue
+                failure = f"{type(err).__name__}: {err}"
+                try:  # a NumPy implementation where the reference fails (GatherElements)
+                    results = numpy_fold(node, [constants[n] for n in inputs])
+                except Exception as fallback_err:
+                    failure, results = f"{type(fallback_err).__name__}: {fallback_err}", None
+                if results is None:
+                    self.fold_failures[position] = failure
+                    continue
             for name, result in zip(node.output, results, strict=False):
                 if name:
                     constants[name] = np.asarray(result)
@@ -342,6 +369,16 @@ class Importer:
     def _host_input(self, name: str) -> Value:
         info = self.inputs[name]
         elem = info.type.tensor_type.elem_type
+        integer = elem in (TensorProto.INT64, TensorProto.INT32)
+        if integer and "i32" in PRECISIONS:  # token ids: i32 host inputs (issue 11 part B)
+            shape = self.index.shapes.get(name)
+            if shape is None:
+                raise GraphError(f"graph input {name!r} has a symbolic or unknown shape; pass "
+                                 f"input_shapes={{{name!r}: (...)}}")  # fmt: skip
+            value = self.graph.host_input(self._fresh(name), shape or (1,), "i32")
+            self.env[name] = value
+            self.bindings.inputs[name] = value
+            return value
         if elem not in PRECISION_OF:
             hint = (
                 " (an integer input can be bound as a constant)"
@@ -405,18 +442,22 @@ class Importer:
     ) -> None:
         out, label = node.output[0], self.label(node)
         if isinstance(fusion, GeluFusion):
-            self.env[out] = self.graph.gelu(self.value(fusion.x), name=self.op_name(label))
+            x = self.value(fusion.x)
+            self.env[out] = self.graph.gelu(x, self.op_name(label), fusion.approximate)
+            return
+        if isinstance(fusion, NanGuardFusion):
+            self.env[out] = self.value(fusion.x)
             return
         if isinstance(fusion, AttentionFusion):
             self.env[out] = onnx_ops.attention_fusion(self, fusion, label)
             return
         if node.domain not in ("", "ai.onnx"):
             raise GraphError(f"operators of domain {node.domain!r} are not supported")
-        emitter = onnx_ops.EMITTERS.get(node.op_type)
+        emitter = EMITTERS.get(node.op_type)
         if emitter is None:
             raise GraphError(self._unsupported_reason(node, position))
         extra = [n for n in node.output[1:] if n in needed]
-        if extra:
+        if extra and node.op_type not in onnx_ops_exported.MULTI_OUTPUT:
             raise GraphError(
                 f"output(s) {', '.join(map(repr, extra))} are not supported; only the first "
                 f"output {out!r} of {node.op_type} can be computed"

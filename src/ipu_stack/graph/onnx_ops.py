@@ -376,6 +376,17 @@ def attention_fusion(imp: Importer, fusion: AttentionFusion, out: str) -> Value:
     k = imp.value(fusion.k_source)
     if fusion.k_perm is not None:
         k = g.transpose(k, fusion.k_perm, name=imp.op_name(f"{out}/k"))
+    if fusion.mask is not None:  # a run-time additive mask (flash_attention(mask=...), part B)
+        import inspect
+
+        if "mask" not in inspect.signature(g.flash_attention).parameters:
+            raise GraphError(
+                f"the attention's run-time mask {fusion.mask!r} needs flash_attention(mask=...), "
+                "which this build lacks"
+            )
+        mask = imp.value(fusion.mask)
+        return g.flash_attention(q, k, v, fusion.causal, fusion.scale, mask=mask,
+                                 name=imp.op_name(out))  # fmt: skip
     return g.flash_attention(q, k, v, fusion.causal, fusion.scale, name=imp.op_name(out))
 
 

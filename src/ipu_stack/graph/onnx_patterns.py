@@ -37,6 +37,7 @@ class OnnxIndex:
     graph_outputs: frozenset[str]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    elem_types: dict[str, int] = field(default_factory=dict)  # ONNX element type by tensor
     producer: dict[str, int] = field(default_factory=dict)
     consumers: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
 
@@ -104,9 +105,11 @@ class GemmFusion:
 
 @dataclass(frozen=True, slots=True)
 class GeluFusion:
-    """``x * 0.5 * (1 + erf(x / sqrt(2)))`` in any commuted or associated form."""
+    """``x * 0.5 * (1 + erf(x / sqrt(2)))`` (or the tanh form) in any commuted or associated
+    form."""
 
     x: str
+    approximate: str = "none"
 
     @property
     def operands(self) -> tuple[str, ...]:
@@ -126,13 +129,25 @@ class AttentionFusion:
     v: str
     scale: float
     causal: bool
+    mask: str | None = None  # a run-time additive mask tensor
 
     @property
     def operands(self) -> tuple[str, ...]:
-        return (self.q, self.k_source, self.v)
+        return (self.q, self.k_source, self.v, *([self.mask] if self.mask else []))
 
 
-Fusion = GemmFusion | GeluFusion | AttentionFusion
+@dataclass(frozen=True, slots=True)
+class NanGuardFusion:
+    """``Where(IsNaN(p), 0, p)`` of a softmax output p: p itself."""
+
+    x: str
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        return (self.x,)
+
+
+Fusion = GemmFusion | GeluFusion | AttentionFusion | NanGuardFusion
 
 
 @dataclass(slots=True)
@@ -168,6 +183,8 @@ def match_fusions(index: OnnxIndex) -> FusionPlan:
             matched = (_gemm(index, node.input[0], node.input[1], trans_a, trans_b), [])
         elif node.op_type == "Mul":
             matched = _match_gelu(index, position)
+        elif node.op_type == "Where":
+            matched = match_nan_guard(index, position)
         if matched is None:
             continue
         fusion, absorbed = matched
@@ -274,6 +291,9 @@ def _match_gelu(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | None:
         erf = _erf_term(index, term, users[0])
         if erf is not None and erf[0] == x:
             return GeluFusion(x), [*nodes, *erf[1]]
+        tanh = tanh_term(index, term, users[0])
+        if tanh is not None and tanh[0] == x:
+            return GeluFusion(x, "tanh"), [*nodes, *tanh[1]]
     return None
 
 
@@ -328,7 +348,16 @@ def _strip_scale(index: OnnxIndex, tensor: str, user: int) -> tuple[str, float, 
     return tensor, 1.0, []
 
 
-def _mask(index: OnnxIndex, tensor: str, user: int) -> tuple[str, np.ndarray | None, list[int]]:
+@dataclass(frozen=True, slots=True)
+class RuntimeMask:
+    """An additive attention mask computed at run time (the tensor's name)."""
+
+    name: str
+
+
+def _mask(
+    index: OnnxIndex, tensor: str, user: int
+) -> tuple[str, np.ndarray | RuntimeMask | None, list[int]]:
     """Peel an additive (Add) or selecting (Where) constant mask: (scores, bias, nodes)."""
     if not index.private(tensor, user):
         return tensor, None, []
@@ -337,7 +366,9 @@ def _mask(index: OnnxIndex, tensor: str, user: int) -> tuple[str, np.ndarray | N
         for s, m in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
             if m in index.constants and s not in index.constants:
                 return s, index.constants[m], [index.index_of(add)]
-        return tensor, None, []
+        scores = index.node_of(add.input[0], ("MatMul", "Mul", "Div"))
+        s, m = (add.input[0], add.input[1]) if scores is not None else (add.input[1], add.input[0])
+        return s, RuntimeMask(m), [index.index_of(add)]
     where = index.node_of(tensor, "Where")
     if where is not None:
         cond = index.constants.get(where.input[0])
@@ -357,8 +388,10 @@ def _mask(index: OnnxIndex, tensor: str, user: int) -> tuple[str, np.ndarray | N
 def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | None:
     final = index.nodes[root]
     probs, v = final.input[0], final.input[1]
+    probs, guard_nodes = peel_probabilities(index, probs, root)
     softmax = index.node_of(probs, "Softmax")
-    if softmax is None or not index.private(probs, root):
+    probs_user = guard_nodes[-1] if guard_nodes else root
+    if softmax is None or not index.private(probs, probs_user):
         return None
     soft_pos = index.index_of(softmax)
     scores_shape = index.shapes.get(softmax.input[0])
@@ -377,7 +410,7 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     scale *= q_scale * k_scale
     # k^T is either a Transpose we can compose into one permutation of its input, or a tensor
     # we transpose back with the last two axes swapped.
-    k_source, k_perm, k_transpose = kt, None, []
+    k_source, k_perm, k_transpose = kt, None, list[int]()
     kt_shape = index.shapes.get(kt)
     if kt_shape is None:
         return None
@@ -385,7 +418,10 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     swap = (*range(rank - 2), rank - 1, rank - 2)
     transpose = index.node_of(kt, "Transpose")
     perm = transpose_perm(index, transpose) if transpose is not None else None
-    if (
+    reshaped = swapped_by_reshapes(index, kt, k_nodes[0] if k_nodes else qk_pos)
+    if reshaped is not None:
+        k_source, k_transpose = reshaped
+    elif (
         transpose is not None
         and perm is not None
         and index.private(kt, k_nodes[0] if k_nodes else qk_pos)
@@ -407,7 +443,17 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     if q_shape[-1] != k_shape[-1] or k_shape[-2] != v_shape[-2]:
         return None
     causal = False
-    if bias is not None:
+    mask = bias.name if isinstance(bias, RuntimeMask) else None
+    if mask is not None:
+        mask_shape, scores_shape = index.shapes.get(mask), index.shapes.get(qk)
+        try:
+            if mask_shape is None or scores_shape is None or (
+                np.broadcast_shapes(mask_shape, scores_shape) != scores_shape
+            ):
+                return None
+        except ValueError:
+            return None
+    elif isinstance(bias, np.ndarray):
         scores_shape = index.shapes.get(qk)
         try:
             if (
@@ -421,6 +467,15 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
         if classified is None:
             return None
         causal = classified
-    fusion = AttentionFusion(q, k_source, k_perm, v, float(scale), causal)
-    absorbed = [soft_pos, *mask_nodes, *scale_nodes, qk_pos, *q_nodes, *k_nodes, *k_transpose]
+    fusion = AttentionFusion(q, k_source, k_perm, v, float(scale), causal, mask)
+    absorbed = [soft_pos, *mask_nodes, *scale_nodes, qk_pos, *q_nodes, *k_nodes, *k_transpose,
+                *guard_nodes]  # fmt: skip
     return fusion, absorbed
+
+
+from ipu_stack.graph.onnx_patterns_exported import (  # noqa: E402  (they use the helpers above)
+    match_nan_guard,
+    peel_probabilities,
+    swapped_by_reshapes,
+    tanh_term,
+)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import GraphError
+from ipu_stack.graph.elementwise import KINDS as ELEMENTWISE_KINDS
 from ipu_stack.kernels import semantics
 from ipu_stack.target import gemm_cycles, ipu21
 from ipu_stack.target.ipu21 import F8, F16, F32, Precision
@@ -382,6 +383,16 @@ _OTHER_KERNELS = (
             f"{_SIM}:map_semantics",
         )
         for kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax", "attention")
+    ),
+    *(  # graph/elementwise.py: the same ABI (gelu takes approximate='tanh' as an attribute)
+        _other_kernel(
+            kind,
+            f"{kind} over 2-D views (MapCall kind={kind!r}; f32 arithmetic, rounded once)",
+            (_OUT, _IN),
+            f"{_COSTS}:map_call_cycles",
+            f"{_SIM}:map_semantics",
+        )
+        for kind in ELEMENTWISE_KINDS
     ),
 )
 

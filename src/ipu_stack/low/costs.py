@@ -47,6 +47,8 @@ def map_call_cycles(call: MapCall) -> int:
         in_bytes = elements * ipu21.precision(src.dtype).element_bytes
         out_bytes = elements * ipu21.precision(out.dtype).element_bytes
         return elementwise_cycles("cast", elements, in_bytes, out_bytes) + launch
+    if call.kind == "reduce_mean":  # one add per input element
+        elements = call.inputs[0].rows * call.inputs[0].cols
     return elementwise_cycles(call.kind, elements) + launch
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation, Value
+from ipu_stack.graph.elementwise import KINDS as ELEMENTWISE_KINDS
 from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, host_fill, row_runs
 from ipu_stack.low.program import (
     Buffer,
@@ -229,6 +230,9 @@ def lower_map(ctx: OpLowering, op: Operation) -> list[Shard]:
                 continue
             if full_rows and j > 0:  # scale and bias: one row of the whole last axis
                 view, reqs = _stage(ctx, op, v, tile, (0, 1), (0, c), (1, c), f"{op.name}.in{j}")
+            elif op.kind == "reduce_mean":  # whole input rows for each output row
+                c_in, full = v.shape[-1], (*out.shape[:-1], v.shape[-1])
+                view, reqs = _stage(ctx, op, v, tile, rows, (0, c_in), full, f"{op.name}.in{j}")
             else:
                 view, reqs = _stage(ctx, op, v, tile, rows, cols, out.shape, f"{op.name}.in{j}")
             views.append(view)
@@ -486,4 +490,5 @@ LOWERINGS = {
     "transpose": lower_transpose,
     "slice": lower_slice,
     "flash_attention": lower_attention,
+    **dict.fromkeys(ELEMENTWISE_KINDS, lower_map),
 }

@@ -51,6 +51,7 @@ from ipu_stack.low.program import (
 )
 from ipu_stack.place.assign import Placement
 from ipu_stack.runtime import indexing_semantics
+from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.target import ipu21
 
@@ -567,6 +568,10 @@ def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
         return x[0] + x[1]
     if call.kind == "mul":
         return x[0] * x[1]
+    if call.kind == "gelu" and dict(call.attrs).get("approximate") == "tanh":
+        return gelu_tanh(x[0])
+    if (result := elementwise_semantics(call, x)) is not None:
+        return result
     if call.kind == "gelu":
         return x[0] * 0.5 * (1.0 + erf(x[0] / np.float32(np.sqrt(2.0))))
     if call.kind == "layer_norm":

@@ -21,11 +21,19 @@ ATTENTION_KEY_BLOCK = 64
 ATTENTION_LAUNCHES_PER_BLOCK = 4
 
 
+# Kinds costed like add/mul (facts §12.2: Add 16 elements/cycle): one vector ALU operation per
+# element (sub, neg), and reduce_mean, one add per *input* element plus one scale per row [I].
+ADD_LIKE = ("add", "mul", "sub", "neg", "reduce_mean")
+# Kinds costed like GeLU (facts §12.2: 10 cycles/element): one divide, square root or
+# transcendental evaluation per element, as the erf of GeLU [I]. Not measured on a C600.
+GELU_LIKE = ("gelu", "tanh", "sigmoid", "sqrt", "reciprocal", "div", "pow")
+
+
 def elementwise_cycles(kind: str, elements: int, in_bytes: int = 0, out_bytes: int = 0) -> int:
-    """Cycles of an elementwise kernel over ``elements`` outputs."""
-    if kind in ("add", "mul", "equal", "where"):  # i32 too: one vector op per element [I]
+    """Cycles of an elementwise kernel over ``elements`` outputs (inputs for reduce_mean)."""
+    if kind in ADD_LIKE or kind in ("equal", "where"):  # i32 too: one vector op per element [I]
         return int(ipu21.ADD_FIXED_CYCLES + ipu21.ADD_CYCLES_PER_ELEMENT * elements + 0.999)
-    if kind == "gelu":
+    if kind in GELU_LIKE:
         return GELU_CYCLES_PER_ELEMENT * elements
     if kind == "cast":
         return -(-(in_bytes + out_bytes) // CAST_BYTES_PER_CYCLE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.graph.elementwise import KINDS as ELEMENTWISE_KINDS
 from ipu_stack.mid.candidates.base import Candidate
 from ipu_stack.mid.candidates.gemm import gemm_candidates
 from ipu_stack.mid.candidates.indexing import INDEXING_CANDIDATES, transpose_candidates
@@ -29,7 +30,9 @@ def candidates_for(
         return transpose_candidates(graph, op, formats, tiles)
     if op.kind in INDEXING_CANDIDATES:
         return INDEXING_CANDIDATES[op.kind](graph, op, tiles)
-    if op.kind in ("add", "mul", "gelu", "cast", "layer_norm", "softmax", "equal", "where"):
+    if op.kind in (
+        "add", "mul", "gelu", "cast", "layer_norm", "softmax", "equal", "where", *ELEMENTWISE_KINDS
+    ):  # fmt: skip
         return pointwise_candidates(graph, op, formats, tiles)
     if op.kind in ("view", "transpose", "slice"):
         return movement_candidates(graph, op, formats, tiles)

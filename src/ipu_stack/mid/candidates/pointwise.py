@@ -9,7 +9,7 @@ from ipu_stack.mid.formats import TensorFormat, row_layout_format
 from ipu_stack.target import ipu21
 from ipu_stack.target.op_cycles import elementwise_cycles, row_kernel_cycles
 
-ROW_WISE = ("layer_norm", "softmax")
+ROW_WISE = ("layer_norm", "softmax", "reduce_mean")
 
 
 def tile_choices(tiles: int, rows: int) -> list[int]:
@@ -18,7 +18,11 @@ def tile_choices(tiles: int, rows: int) -> list[int]:
     return sorted(counts, reverse=True)
 
 
-def kernel_cycles(op: Operation, rows: int, cols: int, in_eb: int, out_eb: int) -> int:
+def kernel_cycles(
+    op: Operation, rows: int, cols: int, in_eb: int, out_eb: int, in_cols: int = 0
+) -> int:
+    if op.kind == "reduce_mean":  # costed over its input row
+        return elementwise_cycles(op.kind, rows * in_cols, 0, 0) + ipu21.KERNEL_LAUNCH_CYCLES
     if op.kind in ROW_WISE:
         return row_kernel_cycles(op.kind, rows, cols) + ipu21.KERNEL_LAUNCH_CYCLES
     n = rows * cols
@@ -66,15 +70,17 @@ def pointwise_candidates(
         needs: list[TensorFormat | None] = []
         words = 0
         for v in ins:
-            if v.kind == "parameter" or v.shape != out.shape:
+            reduced = op.kind == "reduce_mean"
+            if v.kind == "parameter" or (v.shape != out.shape and not reduced):
                 needs.append(None)
                 continue
-            need = TensorFormat(v.dtype, fmt.layout)
+            layout = row_layout_format(v.dtype, n, v.shape[-1], t).layout if reduced else None
+            need = TensorFormat(v.dtype, layout or fmt.layout)
             needs.append(need)
             if formats.get(v.id) != need and v.id in formats:
                 words += need.shard_bytes() // 4
         exchange = (ipu21.EXCHANGE_PHASE_OVERHEAD + words) if words else 0
-        cycles = kernel_cycles(op, rows, c, in_eb, out_eb)
+        cycles = kernel_cycles(op, rows, c, in_eb, out_eb, ins[0].shape[-1])
         result.append(
             Candidate(
                 op.name,

@@ -1,0 +1,332 @@
+"""ONNX operators as torch/transformers exporters write them, beyond ``onnx_ops``.
+
+Elementwise functions (Tanh, Sigmoid, Sqrt, Reciprocal, Neg, Pow with a constant exponent,
+Sub/Div of computed tensors, ReduceMean over the last axis), tanh GeLU, ``Split``, ``Gather``
+with constant indices on a computed tensor, ``Concat``, patch-embedding ``Conv`` and the integer
+operators exporters apply to token ids (``ArgMax``, ``Equal``, ``Where``, integer ``Cast``),
+the last ones through the graph operations of issue 11 part B when the graph has them.
+Same conventions as ``onnx_ops``: an emitter returns the node's first output.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import NodeProto, TensorProto
+
+from ipu_stack.errors import GraphError
+from ipu_stack.graph.compute_graph import Value
+from ipu_stack.graph.onnx_ops import (
+    PRECISION_OF,
+    Emitter,
+    _input,
+    _int,
+    _ints,
+    _required_constant,
+    emit_div,
+    emit_sub,
+)
+from ipu_stack.graph.onnx_patterns import GemmFusion, attribute
+
+if TYPE_CHECKING:
+    from ipu_stack.graph.onnx_import import Importer
+
+#: ONNX op type -> ComputeGraph elementwise function
+UNARY_OPS = {"Tanh": "tanh", "Sigmoid": "sigmoid", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
+             "Neg": "neg"}  # fmt: skip
+
+
+def needs(imp: Importer, method: str, what: str) -> None:
+    """Raise GraphError when the graph lacks ``method`` (an operation of issue 11 part B)."""
+    if not hasattr(imp.graph, method):
+        raise GraphError(f"{what} needs the graph operation {method!r}, which this build lacks")
+
+
+def _unary(kind: str) -> Emitter:
+    def emit(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+        return imp.graph.unary(kind, imp.value(node.input[0]), name=imp.op_name(imp.label(node)))
+
+    emit.__name__ = f"emit_{kind}"
+    return emit
+
+
+def emit_pow(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """x ** c for a constant scalar c (x * x for c = 2)."""
+    exponent = _required_constant(imp, node, 1, "exponent")
+    if exponent.size != 1:
+        raise GraphError(f"the exponent has shape {exponent.shape}; only a scalar is supported")
+    x, out = imp.value(node.input[0]), imp.op_name(imp.label(node))
+    c = float(exponent.reshape(()))
+    if c == 1.0:
+        return x
+    if c == 2.0:
+        return imp.graph.mul(x, x, name=out)
+    return imp.graph.pow(x, c, name=out)
+
+
+def emit_sub_any(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
+    """a - b: an add of -b for a constant b, else a sub (either operand may be constant)."""
+    if imp.constant(node.input[1]) is not None:
+        return emit_sub(imp, node, gemm)
+    a, b = imp.value(node.input[0]), imp.value(node.input[1])
+    return imp.graph.sub(a, b, name=imp.op_name(imp.label(node)))
+
+
+def emit_div_any(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
+    """a / b: a mul by 1/b for a constant b, else a div."""
+    if imp.constant(node.input[1]) is not None:
+        return emit_div(imp, node, gemm)
+    a, b = imp.value(node.input[0]), imp.value(node.input[1])
+    return imp.graph.div(a, b, name=imp.op_name(imp.label(node)))
+
+
+def emit_gelu_any(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    approximate = attribute(node, "approximate", "none")
+    if isinstance(approximate, bytes):
+        approximate = approximate.decode()
+    if approximate not in ("none", "tanh"):
+        raise GraphError(f"approximate={approximate!r} is not supported ('none' or 'tanh')")
+    x = imp.value(node.input[0])
+    return imp.graph.gelu(x, name=imp.op_name(imp.label(node)), approximate=str(approximate))
+
+
+def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """ReduceMean over the last axis (axes an attribute before opset 18, an input after)."""
+    x = imp.value(node.input[0])
+    rank = len(x.shape)
+    if imp.opset >= 18:
+        axes = _ints(_required_constant(imp, node, 1, "axes")) if _input(node, 1) else None
+    else:
+        attr = attribute(node, "axes")
+        axes = _ints(attr) if attr is not None else None  # type: ignore[arg-type]
+    if axes is None:
+        axes = [] if _int(node, "noop_with_empty_axes", 0) else list(range(rank))
+    if not axes:
+        return x
+    normal = sorted({a % rank for a in axes if -rank <= a < rank})
+    if len(normal) != len(axes):
+        raise GraphError(f"axes {axes} out of range for shape {x.shape}")
+    if normal != [rank - 1] and not (normal == list(range(rank)) and rank == 1):
+        raise GraphError(f"axes {axes} of shape {x.shape}: only the last axis is supported")
+    keep = _int(node, "keepdims", 1)
+    out = imp.label(node)
+    y = imp.graph.reduce_mean(x, name=imp.op_name(out if keep else f"{out}/mean"))
+    return y if keep else imp.graph.view(y, x.shape[:-1] or (1,), name=imp.op_name(out))
+
+
+def emit_rms_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """RMSNormalization (opset 23) over the last axis: x / sqrt(mean(x^2) + eps) * scale."""
+    g, out = imp.graph, imp.label(node)
+    x = imp.value(node.input[0])
+    axis = _int(node, "axis", -1)
+    if axis % len(x.shape) != len(x.shape) - 1:
+        raise GraphError(f"axis {axis} of shape {x.shape}: only the last axis is supported")
+    eps = float(attribute(node, "epsilon", 1e-5))  # type: ignore[arg-type]
+    square = g.mul(x, x, name=imp.op_name(f"{out}/square"))
+    mean = g.reduce_mean(square, name=imp.op_name(f"{out}/mean"))
+    shifted = g.add(mean, imp.derived(out, "epsilon", np.array(eps), x),
+                    name=imp.op_name(f"{out}/plus_eps"))  # fmt: skip
+    inv = g.reciprocal(g.sqrt(shifted, name=imp.op_name(f"{out}/rms")),
+                       name=imp.op_name(f"{out}/inverse"))  # fmt: skip
+    normed = g.mul(x, inv, name=imp.op_name(f"{out}/normed"))
+    return g.mul(normed, imp.value(node.input[1]), name=imp.op_name(out))
+
+
+# -- data movement ------------------------------------------------------------------------------
+def emit_split(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """Split into slices (sizes an input from opset 13, an attribute before, or num_outputs)."""
+    x = imp.value(node.input[0])
+    rank = len(x.shape)
+    axis = _int(node, "axis", 0)
+    if not -rank <= axis < rank:
+        raise GraphError(f"axis {axis} out of range for shape {x.shape}")
+    axis %= rank
+    extent, count = x.shape[axis], len(node.output)
+    if _input(node, 1):
+        sizes = _ints(_required_constant(imp, node, 1, "split"))
+    elif attribute(node, "split") is not None:
+        sizes = _ints(attribute(node, "split"))  # type: ignore[arg-type]
+    else:
+        parts = _int(node, "num_outputs", count)
+        chunk = -(-extent // parts)
+        sizes = [min(chunk, extent - i * chunk) for i in range(parts)]
+    if len(sizes) != count or sum(sizes) != extent or min(sizes) <= 0:
+        raise GraphError(f"split sizes {sizes} do not cut axis {axis} ({extent}) into {count}")
+    label, start, first = imp.label(node), 0, None
+    for i, (name, size) in enumerate(zip(node.output, sizes, strict=True)):
+        part = imp.graph.slice(x, [start], [start + size], [axis],
+                               name=imp.op_name(label if i == 0 else f"{label}/{i}"))  # fmt: skip
+        start += size
+        if i == 0:
+            first = part
+        elif name:
+            imp.env[name] = part
+    assert first is not None
+    return first
+
+
+def _concat_values(imp: Importer, values: list[Value], axis: int, name: str) -> Value:
+    if len(values) == 1:
+        return values[0]
+    needs(imp, "concat", "a Concat of computed tensors")
+    return imp.graph.concat(values, axis, name=name)
+
+
+def emit_concat(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """Concat of computed (or constant) tensors; a single input is passed through."""
+    values = [imp.value(n) for n in node.input if n]
+    rank = len(values[0].shape)
+    axis = _int(node, "axis", 0)
+    if not -rank <= axis < rank:
+        raise GraphError(f"axis {axis} out of range for rank {rank}")
+    return _concat_values(imp, values, axis % rank, imp.op_name(imp.label(node)))
+
+
+def emit_gather(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """Gather with constant indices: slices of the data (+ a concat for scattered indices);
+    with run-time indices into a table, the embedding lookup ``gather``."""
+    g, out = imp.graph, imp.label(node)
+    data_name, index_name = node.input[0], node.input[1]
+    axis = _int(node, "axis", 0)
+    indices = imp.constant(index_name)
+    if indices is None:
+        table = imp.value(data_name)
+        if axis != 0 or len(table.shape) != 2:
+            raise GraphError(
+                f"run-time indices {index_name!r} are supported only as an embedding lookup "
+                f"(axis 0 of a 2-D table; here axis {axis} of {table.shape})"
+            )
+        needs(imp, "gather", "an embedding lookup with run-time ids")
+        return g.gather(table, imp.value(index_name), name=imp.op_name(out))
+    x = imp.value(data_name)
+    rank = len(x.shape)
+    if not -rank <= axis < rank:
+        raise GraphError(f"axis {axis} out of range for shape {x.shape}")
+    axis %= rank
+    flat = np.asarray(indices, dtype=np.int64).reshape(-1)
+    extent = x.shape[axis]
+    if np.any(flat < -extent) or np.any(flat >= extent):
+        raise GraphError(f"indices {flat.tolist()} out of range for axis {axis} ({extent})")
+    flat = np.where(flat < 0, flat + extent, flat)
+    # runs of consecutive indices -> one slice each
+    runs: list[tuple[int, int]] = []
+    for i in flat.tolist():
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    picked = [
+        g.slice(x, [lo], [hi], [axis], name=imp.op_name(f"{out}/take{j}"))
+        for j, (lo, hi) in enumerate(runs)
+    ]
+    y = _concat_values(imp, picked, axis, imp.op_name(f"{out}/concat"))
+    shape = [*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]]
+    return g.view(y, shape or [1], name=imp.op_name(out))
+
+
+def emit_conv(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """Patch-embedding Conv (kernel == stride, no padding, group 1, dilation 1): a patch view
+    of the input and one GEMM ``W[O, C*kh*kw] @ patches^T``, which is NCHW with no transpose."""
+    g, out = imp.graph, imp.label(node)
+    x = imp.value(node.input[0])
+    weight = _required_constant(imp, node, 1, "weight")
+    if len(x.shape) != 4 or weight.ndim != 4:
+        raise GraphError(f"input {x.shape} / weight {weight.shape}: only 2-D Conv is supported")
+    b, c, h, w = x.shape
+    o, ci, kh, kw = weight.shape
+    kernel = tuple(_ints(attribute(node, "kernel_shape", [kh, kw])))  # type: ignore[arg-type]
+    strides = tuple(_ints(attribute(node, "strides", [1, 1])))  # type: ignore[arg-type]
+    pads = _ints(attribute(node, "pads", [0, 0, 0, 0]))  # type: ignore[arg-type]
+    dilations = _ints(attribute(node, "dilations", [1, 1]))  # type: ignore[arg-type]
+    auto_pad = attribute(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    group = _int(node, "group", 1)
+    for what, ok in (
+        (f"group={group} (only 1)", group == 1),
+        (f"dilations={dilations} (only 1)", all(d == 1 for d in dilations)),
+        (f"strides={list(strides)} != kernel_shape={list(kernel)}", strides == kernel),
+        (f"pads={pads} (only 0)", not any(pads)),
+        (f"auto_pad={auto_pad!r} (only NOTSET or VALID)", auto_pad in ("NOTSET", "VALID")),
+        (f"kernel_shape={list(kernel)} but the weight is {weight.shape}", kernel == (kh, kw)),
+        (f"input channels {c} but the weight takes {ci}", c == ci),
+    ):
+        if not ok:
+            raise GraphError(
+                f"{what}: ipu-stack supports Conv only as a patch embedding (kernel == stride, "
+                "no padding, group 1, dilation 1)"
+            )
+    ph, pw = h // kh, w // kw
+    if ph == 0 or pw == 0:
+        raise GraphError(f"the {kh}x{kw} kernel is larger than the input {h}x{w}")
+    if (h, w) != (ph * kh, pw * kw):  # the remainder rows/columns fall off, as in the Conv
+        x = g.slice(x, [0, 0], [ph * kh, pw * kw], [2, 3], name=imp.op_name(f"{out}/crop"))
+    grid = g.view(x, (b, c, ph, kh, pw, kw), name=imp.op_name(f"{out}/grid"))
+    patches = g.transpose(grid, (0, 2, 4, 1, 3, 5), name=imp.op_name(f"{out}/patches"))
+    rows = g.view(patches, (b, ph * pw, c * kh * kw), name=imp.op_name(f"{out}/patch_rows"))
+    kernel_rows = weight.reshape(o, c * kh * kw)
+    wv = imp.parameter(f"{node.input[1]}.rows", kernel_rows, dtype=x.dtype)
+    y = g.gemm(wv, rows, False, True, name=imp.op_name(f"{out}/gemm"))  # [B, O, P]
+    bias_name = _input(node, 2)
+    if bias_name:
+        bias = _required_constant(imp, node, 2, "bias")
+        column = imp.derived(out, "bias", bias.reshape(o, 1), y)
+        y = g.add(y, column, name=imp.op_name(f"{out}/bias"))
+    return g.view(y, (b, o, ph, pw), name=imp.op_name(out))
+
+
+# -- integer operators on token ids (graph operations of issue 11 part B) -----------------------
+def emit_argmax(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    x = imp.value(node.input[0])
+    if _int(node, "select_last_index", 0):
+        raise GraphError("select_last_index=1 is not supported")
+    needs(imp, "argmax", "ArgMax")
+    axis, keep = _int(node, "axis", 0), bool(_int(node, "keepdims", 1))
+    return imp.graph.argmax(x, axis % len(x.shape), keepdims=keep)
+
+
+def emit_equal(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    needs(imp, "equal", "Equal")
+    a, b = imp.value(node.input[0]), imp.value(node.input[1])
+    return imp.graph.equal(a, b, name=imp.op_name(imp.label(node)))
+
+
+def emit_cast_any(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
+    """Cast between f16/f32 (``onnx_ops``), and to or from integers (ids) as i32."""
+    from ipu_stack.graph.onnx_ops import emit_cast
+
+    to = _int(node, "to", 0)
+    x = imp.value(node.input[0])
+    integer = (TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL)
+    if to in PRECISION_OF and x.dtype != "i32":
+        return emit_cast(imp, node, gemm)
+    if to in integer and x.dtype == "i32":
+        return x
+    if to in integer or (to in PRECISION_OF and x.dtype == "i32"):
+        from ipu_stack.target.ipu21 import PRECISIONS
+
+        if "i32" not in PRECISIONS:  # no integer values in this build
+            return emit_cast(imp, node, gemm)
+        target = "i32" if to in integer else PRECISION_OF[to]
+        return imp.graph.cast(x, target, name=imp.op_name(imp.label(node)))
+    return emit_cast(imp, node, gemm)
+
+
+EMITTERS: dict[str, Emitter] = {
+    **{op: _unary(kind) for op, kind in UNARY_OPS.items()},
+    "Pow": emit_pow,
+    "Sub": emit_sub_any,
+    "Div": emit_div_any,
+    "Gelu": emit_gelu_any,
+    "ReduceMean": emit_reduce_mean,
+    "RMSNormalization": emit_rms_norm,
+    "Split": emit_split,
+    "Concat": emit_concat,
+    "Gather": emit_gather,
+    "Conv": emit_conv,
+    "ArgMax": emit_argmax,
+    "Equal": emit_equal,
+    "Cast": emit_cast_any,
+}
+#: op types whose emitter binds every output itself
+MULTI_OUTPUT = ("Split",)

@@ -1,0 +1,150 @@
+"""Pattern pieces torch's exporters add around GeLU and attention (used by ``onnx_patterns``).
+
+- tanh GeLU ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`` with the cube as
+  ``Pow(x, 3)`` (dynamo) or ``x * x * x`` (legacy), in any operand order and association;
+- the softmax NaN guard of SDPA, ``Where(IsNaN(p), 0, p)``, and identity ``Cast`` round trips
+  between the softmax and the second attention MatMul;
+- ``K^T`` written as ``Reshape -> Transpose(0, 2, 1) -> Reshape`` over merged leading axes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ipu_stack.graph.onnx_patterns import (
+    NanGuardFusion,
+    OnnxIndex,
+    _close,
+    _product,
+    attribute,
+    transpose_perm,
+)
+
+GELU_TANH_SCALE = float(np.sqrt(2.0 / np.pi))
+GELU_TANH_CUBIC = 0.044715
+
+
+def _cube_factors(index: OnnxIndex, factors: list[str], user: int) -> tuple[str, list[int]] | None:
+    """``factors`` multiply to ``x**3`` (``Pow(x, 3)``, ``x * Pow(x, 2)``, ``x * x * x``)."""
+    counts: dict[str, int] = {}
+    nodes: list[int] = []
+    for f in factors:
+        power = index.node_of(f, "Pow")
+        exponent = index.scalar(power.input[1]) if power is not None else None
+        users = [i for i in index.consumers.get(f, [])]
+        if power is not None and exponent in (2.0, 3.0) and len(users) == 1:
+            if f in index.graph_outputs:
+                return None
+            counts[power.input[0]] = counts.get(power.input[0], 0) + int(exponent)
+            nodes.append(index.index_of(power))
+        else:
+            counts[f] = counts.get(f, 0) + 1
+    if len(counts) != 1 or next(iter(counts.values())) != 3:
+        return None
+    return next(iter(counts)), nodes
+
+
+def _inner(index: OnnxIndex, tensor: str, user: int) -> tuple[str, list[int]] | None:
+    """Match ``c * (x + 0.044715 * x^3)`` with c = sqrt(2/pi); returns x and the nodes."""
+    factors, constant, nodes = _product(index, tensor, user)
+    if len(factors) != 1 or not _close(constant, GELU_TANH_SCALE):
+        return None
+    add = index.node_of(factors[0], "Add")
+    add_user = nodes[-1] if nodes else user
+    if add is None or not index.private(factors[0], add_user):
+        return None
+    add_pos = index.index_of(add)
+    for x, cubic in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
+        c_factors, c_constant, c_nodes = _product(index, cubic, add_pos)
+        if not c_nodes or not _close(c_constant, GELU_TANH_CUBIC):
+            continue
+        cube = _cube_factors(index, c_factors, c_nodes[-1])
+        if cube is not None and cube[0] == x:
+            return x, [*nodes, add_pos, *c_nodes, *cube[1]]
+    return None
+
+
+def tanh_term(index: OnnxIndex, tensor: str, user: int) -> tuple[str, list[int]] | None:
+    """Match ``1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))``; returns x and the nodes."""
+    add = index.node_of(tensor, "Add")
+    if add is None or not index.private(tensor, user):
+        return None
+    add_pos = index.index_of(add)
+    for t, one in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
+        tanh = index.node_of(t, "Tanh")
+        if tanh is None or not _close(index.scalar(one), 1.0) or not index.private(t, add_pos):
+            continue
+        tanh_pos = index.index_of(tanh)
+        inner = _inner(index, tanh.input[0], tanh_pos)
+        if inner is not None:
+            return inner[0], [*inner[1], tanh_pos, add_pos]
+    return None
+
+
+def match_nan_guard(index: OnnxIndex, root: int) -> tuple[NanGuardFusion, list[int]] | None:
+    """``Where(IsNaN(p), 0, p)`` rooted at the Where, p a Softmax output."""
+    where = index.nodes[root]
+    if len(where.input) != 3:
+        return None
+    cond, zero, p = where.input
+    isnan = index.node_of(cond, "IsNaN")
+    if isnan is None or isnan.input[0] != p or index.scalar(zero) != 0.0:
+        return None
+    if index.node_of(p, "Softmax") is None or not index.private(cond, root):
+        return None
+    return NanGuardFusion(p), [index.index_of(isnan)]
+
+
+def peel_probabilities(index: OnnxIndex, probs: str, user: int) -> tuple[str, list[int]]:
+    """Strip a NaN guard and identity Casts between a softmax and its consumer ``user``."""
+    nodes: list[int] = []
+    while True:
+        where = index.node_of(probs, "Where")
+        if where is not None and index.private(probs, user):
+            guard = match_nan_guard(index, index.index_of(where))
+            p = where.input[2]
+            isnan_pos = guard[1][0] if guard is not None else -1
+            if (
+                guard is not None
+                and sorted(index.consumers.get(p, [])) == sorted([isnan_pos, index.index_of(where)])
+                and p not in index.graph_outputs
+            ):
+                nodes += [index.index_of(where), isnan_pos]
+                probs, user = p, isnan_pos
+                continue
+        cast = index.node_of(probs, "Cast")
+        if cast is not None and index.private(probs, user):
+            source = cast.input[0]
+            source_type = index.elem_types.get(source)
+            if source_type is not None and attribute(cast, "to") == source_type:
+                nodes.append(index.index_of(cast))
+                probs, user = source, index.index_of(cast)
+                continue
+        return probs, nodes
+
+
+def swapped_by_reshapes(index: OnnxIndex, kt: str, user: int) -> tuple[str, list[int]] | None:
+    """``Reshape(Transpose(Reshape(k), (0, 2, 1)))`` that equals ``k`` with its last two axes
+    swapped (leading axes merged and restored); returns k and the three nodes."""
+    outer = index.node_of(kt, "Reshape")
+    if outer is None or not index.private(kt, user):
+        return None
+    outer_pos = index.index_of(outer)
+    transpose = index.node_of(outer.input[0], "Transpose")
+    if transpose is None or not index.private(outer.input[0], outer_pos):
+        return None
+    t_pos = index.index_of(transpose)
+    inner = index.node_of(transpose.input[0], "Reshape")
+    if inner is None or not index.private(transpose.input[0], t_pos):
+        return None
+    k = inner.input[0]
+    k_shape, mid, out = (index.shapes.get(n) for n in (k, transpose.input[0], kt))
+    perm = transpose_perm(index, transpose)
+    if k_shape is None or mid is None or out is None or len(k_shape) < 2:
+        return None
+    merged = (int(np.prod(k_shape[:-2])), *k_shape[-2:])
+    if perm != (0, 2, 1) or tuple(mid) != merged:
+        return None
+    if tuple(out) != (*k_shape[:-2], k_shape[-1], k_shape[-2]):
+        return None
+    return k, [outer_pos, t_pos, index.index_of(inner)]
