@@ -64,8 +64,12 @@ def _conv(b=2, c=3, h=12, w=8, o=5, k=4, bias=True):
 
 def _gelu_tanh_legacy(order: int):
     """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x))) as the legacy exporter."""
-    c = {"half": np.float32(0.5), "one": np.float32(1.0), "k": np.float32(np.sqrt(2 / np.pi)),
-         "cubic": np.float32(0.044715)}  # fmt: skip
+    c = {
+        "half": np.float32(0.5),
+        "one": np.float32(1.0),
+        "k": np.float32(np.sqrt(2 / np.pi)),
+        "cubic": np.float32(0.044715),
+    }
     nodes = [
         node("Mul", ["x", "x"], ["x2"]),
         node("Mul", ["x2", "x"] if order else ["x", "x2"], ["x3"]),
@@ -81,8 +85,13 @@ def _gelu_tanh_legacy(order: int):
 
 
 def _rms_norm():
-    return make_model([node("RMSNormalization", ["x", "s"], ["y"], epsilon=1e-5)], {"x": X},
-                      ["y"], {"s": f32((7,))}, opset=23)  # fmt: skip
+    return make_model(
+        [node("RMSNormalization", ["x", "s"], ["y"], epsilon=1e-5)],
+        {"x": X},
+        ["y"],
+        {"s": f32((7,))},
+        opset=23,
+    )
 
 
 CASES = {
@@ -96,36 +105,36 @@ CASES = {
             [node("Pow", ["x", "e"], ["y"])], {"x": X}, ["y"], {"e": np.array(3.0, np.float32)}
         ),
         "pow",
-    ),  # fmt: skip
+    ),
     "pow_half": (lambda: _pow(0.5), "pow"),
     "pow_square": (
         lambda: make_model(
             [node("Pow", ["x", "e"], ["y"])], {"x": X}, ["y"], {"e": np.array(2.0, np.float32)}
         ),
         "mul",
-    ),  # fmt: skip
+    ),
     "sub_computed": (
         lambda: make_model([node("Sub", ["x", "z"], ["y"])], {"x": X, "z": (5, 1)}, ["y"]),
         "sub",
-    ),  # fmt: skip
+    ),
     "sub_from_constant": (
         lambda: make_model(
             [node("Sub", ["one", "x"], ["y"])], {"x": X}, ["y"], {"one": np.float32(1.0)}
         ),
         "sub",
-    ),  # fmt: skip
+    ),
     "div_computed": (
         lambda: make_model([node("Div", ["x", "z"], ["y"])], {"x": X, "z": (7,)}, ["y"]),
         "div",
-    ),  # fmt: skip
+    ),
     "reduce_mean_18": (
         lambda: _gemm_then("ReduceMean", {}, {"ax": np.array([-1])}, opset=18),
         "reduce_mean",
-    ),  # fmt: skip
+    ),
     "reduce_mean_17_nokeep": (
         lambda: _gemm_then("ReduceMean", {}, opset=17, axes=[2], keepdims=0),
         "reduce_mean",
-    ),  # fmt: skip
+    ),
     "gelu_tanh_op": (_unary("Gelu", approximate="tanh"), "gelu"),
     "gelu_tanh_legacy": (lambda: _gelu_tanh_legacy(0), "gelu"),
     "gelu_tanh_legacy_swapped": (lambda: _gelu_tanh_legacy(1), "gelu"),
@@ -180,7 +189,7 @@ REFUSALS = {
             {"wt": f32((4, 3, 2, 2))},
         ),
         r"\(Conv\): pads=\[1, 1, 1, 1\] \(only 0\): ipu-stack supports Conv only as a patch",
-    ),  # fmt: skip
+    ),
     "conv_stride": (
         lambda: make_model(
             [node("Conv", ["x", "wt"], ["y"], kernel_shape=[3, 3], strides=[1, 1])],
@@ -189,7 +198,7 @@ REFUSALS = {
             {"wt": f32((4, 3, 3, 3))},
         ),
         r"\(Conv\): strides=\[1, 1\] != kernel_shape=\[3, 3\]",
-    ),  # fmt: skip
+    ),
     "conv_group": (
         lambda: make_model(
             [node("Conv", ["x", "wt"], ["y"], kernel_shape=[2, 2], strides=[2, 2], group=3)],
@@ -198,11 +207,11 @@ REFUSALS = {
             {"wt": f32((3, 1, 2, 2))},
         ),
         r"\(Conv\): group=3 \(only 1\)",
-    ),  # fmt: skip
+    ),
     "reduce_mean_axis0": (
         lambda: make_model([node("ReduceMean", ["x"], ["y"], axes=[0])], {"x": X}, ["y"], opset=17),
         r"\(ReduceMean\): axes \[0\] of shape \(3, 5, 7\): only the last axis",
-    ),  # fmt: skip
+    ),
     "pow_tensor_exponent": (
         lambda: make_model([node("Pow", ["x", "e"], ["y"])], {"x": X, "e": (7,)}, ["y"]),
         r"\(Pow\): the exponent input 'e' is computed at run time",
@@ -232,8 +241,9 @@ def test_three_unsupported_nodes_are_named_in_one_error():
         node("Erf", ["x"], ["c"]),
         node("Add", ["a", "x"], ["d"]),  # depends on a failed node: not reported again
     ]
-    model = make_model(nodes, {"x": (4, 4), "img": (1, 3, 8, 8)}, ["b", "c", "d"],
-                       {"wt": f32((4, 3, 3, 3))})  # fmt: skip
+    model = make_model(
+        nodes, {"x": (4, 4), "img": (1, 3, 8, 8)}, ["b", "c", "d"], {"wt": f32((4, 3, 3, 3))}
+    )
     with pytest.raises(GraphError) as info:
         import_onnx(model)
     lines = str(info.value).split("\n")
