@@ -37,6 +37,7 @@ from ipu_stack.graph.onnx_patterns import (
     GemmFusion,
     NanGuardFusion,
     OnnxIndex,
+    PatchFusion,
     attribute,
     match_fusions,
 )
@@ -447,6 +448,10 @@ class Importer:
             return
         if isinstance(fusion, NanGuardFusion):
             self.env[out] = self.value(fusion.x)
+            return
+        if isinstance(fusion, PatchFusion):
+            conv = self.index.nodes[fusion.conv]
+            self.env[out] = onnx_ops_exported.patch_embedding(self, conv, label, tokens=True)
             return
         if isinstance(fusion, AttentionFusion):
             self.env[out] = onnx_ops.attention_fusion(self, fusion, label)

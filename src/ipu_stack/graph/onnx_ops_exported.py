@@ -226,9 +226,15 @@ def emit_gather(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
 
 
 def emit_conv(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    """Patch-embedding Conv (kernel == stride, no padding, group 1, dilation 1): a patch view
-    of the input and one GEMM ``W[O, C*kh*kw] @ patches^T``, which is NCHW with no transpose."""
-    g, out = imp.graph, imp.label(node)
+    """Patch-embedding Conv (kernel == stride, no padding, group 1, dilation 1)."""
+    return patch_embedding(imp, node, imp.label(node), tokens=False)
+
+
+def patch_embedding(imp: Importer, node: NodeProto, out: str, tokens: bool) -> Value:
+    """A patch view of the input (a reshape and a transpose that keeps whole kernel rows) and
+    one GEMM ``patches[B, P, C*kh*kw] @ W^T`` -> tokens ``[B, P, O]``; with ``tokens=False``
+    transposed back to the Conv's NCHW ``[B, O, Ph, Pw]``."""
+    g = imp.graph
     x = imp.value(node.input[0])
     weight = _required_constant(imp, node, 1, "weight")
     if len(x.shape) != 4 or weight.ndim != 4:
@@ -264,15 +270,19 @@ def emit_conv(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     grid = g.view(x, (b, c, ph, kh, pw, kw), name=imp.op_name(f"{out}/grid"))
     patches = g.transpose(grid, (0, 2, 4, 1, 3, 5), name=imp.op_name(f"{out}/patches"))
     rows = g.view(patches, (b, ph * pw, c * kh * kw), name=imp.op_name(f"{out}/patch_rows"))
-    kernel_rows = weight.reshape(o, c * kh * kw)
-    wv = imp.parameter(f"{node.input[1]}.rows", kernel_rows, dtype=x.dtype)
-    y = g.gemm(wv, rows, False, True, name=imp.op_name(f"{out}/gemm"))  # [B, O, P]
+    kernel_columns = weight.reshape(o, c * kh * kw).T
+    wv = imp.derived(node.input[1], "columns", kernel_columns.astype(np.float64), x)
     bias_name = _input(node, 2)
+    last = tokens and not bias_name
+    y = g.gemm(rows, wv, name=imp.op_name(out if last else f"{out}/gemm"))  # [B, P, O]
     if bias_name:
         bias = _required_constant(imp, node, 2, "bias")
-        column = imp.derived(out, "bias", bias.reshape(o, 1), y)
-        y = g.add(y, column, name=imp.op_name(f"{out}/bias"))
-    return g.view(y, (b, o, ph, pw), name=imp.op_name(out))
+        row = imp.derived(out, "bias", bias.astype(np.float64), y)
+        y = g.add(y, row, name=imp.op_name(out if tokens else f"{out}/bias"))
+    if tokens:
+        return y
+    channels = g.transpose(y, (0, 2, 1), name=imp.op_name(f"{out}/channels"))
+    return g.view(channels, (b, o, ph, pw), name=imp.op_name(out))
 
 
 # -- integer operators on token ids (graph operations of issue 11 part B) -----------------------

@@ -147,7 +147,20 @@ class NanGuardFusion:
         return (self.x,)
 
 
-Fusion = GemmFusion | GeluFusion | AttentionFusion | NanGuardFusion
+@dataclass(frozen=True, slots=True)
+class PatchFusion:
+    """Patch-embedding ``Conv`` -> ``Reshape``/``Flatten`` to ``[B, O, P]`` ->
+    ``Transpose(0, 2, 1)``: the tokens ``[B, P, O]`` straight from one GEMM."""
+
+    x: str
+    conv: int  # node index of the Conv
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        return (self.x,)
+
+
+Fusion = GemmFusion | GeluFusion | AttentionFusion | NanGuardFusion | PatchFusion
 
 
 @dataclass(slots=True)
@@ -185,6 +198,8 @@ def match_fusions(index: OnnxIndex) -> FusionPlan:
             matched = _match_gelu(index, position)
         elif node.op_type == "Where":
             matched = match_nan_guard(index, position)
+        elif node.op_type == "Transpose":
+            matched = match_patch_tokens(index, position)
         if matched is None:
             continue
         fusion, absorbed = matched
@@ -475,6 +490,7 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
 
 from ipu_stack.graph.onnx_patterns_exported import (  # noqa: E402  (they use the helpers above)
     match_nan_guard,
+    match_patch_tokens,
     peel_probabilities,
     swapped_by_reshapes,
     tanh_term,

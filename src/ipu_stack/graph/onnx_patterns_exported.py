@@ -14,6 +14,7 @@ import numpy as np
 from ipu_stack.graph.onnx_patterns import (
     NanGuardFusion,
     OnnxIndex,
+    PatchFusion,
     _close,
     _product,
     attribute,
@@ -148,3 +149,37 @@ def swapped_by_reshapes(index: OnnxIndex, kt: str, user: int) -> tuple[str, list
     if tuple(out) != (*k_shape[:-2], k_shape[-1], k_shape[-2]):
         return None
     return k, [outer_pos, t_pos, index.index_of(inner)]
+
+
+def _only_live_user(index: OnnxIndex, tensor: str, user: int) -> bool:
+    """``private`` ignoring consumers that fold to constants (a Shape of a static tensor)."""
+    if tensor in index.graph_outputs:
+        return False
+    users = [
+        i
+        for i in index.consumers.get(tensor, [])
+        if not all(o in index.constants for o in index.nodes[i].output if o)
+    ]
+    return users == [user]
+
+
+def match_patch_tokens(index: OnnxIndex, root: int) -> tuple[PatchFusion, list[int]] | None:
+    """``Transpose(0, 2, 1)`` of a ``[B, O, P]`` Reshape/Flatten of a Conv ``[B, O, Ph, Pw]``."""
+    transpose = index.nodes[root]
+    if transpose_perm(index, transpose) != (0, 2, 1):
+        return None
+    flat = index.node_of(transpose.input[0], ("Reshape", "Flatten"))
+    if flat is None or not _only_live_user(index, transpose.input[0], root):
+        return None
+    flat_pos = index.index_of(flat)
+    conv = index.node_of(flat.input[0], "Conv")
+    if conv is None or not _only_live_user(index, flat.input[0], flat_pos):
+        return None
+    conv_shape, flat_shape = index.shapes.get(flat.input[0]), index.shapes.get(flat.output[0])
+    if conv_shape is None or flat_shape is None or len(conv_shape) != 4:
+        return None
+    b, o, ph, pw = conv_shape
+    if tuple(flat_shape) != (b, o, ph * pw):
+        return None
+    conv_pos = index.index_of(conv)
+    return PatchFusion(conv.input[0], conv_pos), [flat_pos, conv_pos]
