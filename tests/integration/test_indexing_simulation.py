@@ -42,7 +42,7 @@ def compare(g, outputs, feeds):
 
 
 def run(g, feeds, tiles):
-    built = build(g, BuildConfig(tiles=tiles, finalists=1))
+    built = build(g, BuildConfig(tiles=tiles, finalists=1, exchange_time_budget=0))
     result = SimDevice().run(built.program, built.placement, built.schedules, feeds)
     compare(g, result.outputs, feeds)
     return built, result
@@ -104,7 +104,7 @@ def test_out_of_range_id_is_a_run_time_error_naming_input_position_value():
     g = ComputeGraph()
     ids = g.host_input("token_ids", (2, 4), "i32")
     g.set_outputs(g.gather(g.parameter("table", (10, 8), "f32"), ids))
-    built = build(g, BuildConfig(tiles=8, finalists=1))
+    built = build(g, BuildConfig(tiles=8, finalists=1, exchange_time_budget=0))
     feeds = feeds_for(g, np.random.default_rng(2))
     for bad in (10, -1):
         feeds["token_ids"][1, 2] = bad
@@ -212,7 +212,9 @@ def test_i32_inputs_through_a_saved_package(tmp_path):
     rng = np.random.default_rng(8)
     emb = rng.uniform(-1, 1, (23, 12)).astype(np.float16)
     path = tmp_path / "ids.ipuexe"
-    build_package(g, BuildConfig(tiles=8, finalists=1), {"emb": emb}).save(path)
+    build_package(g, BuildConfig(tiles=8, finalists=1, exchange_time_budget=0), {"emb": emb}).save(
+        path
+    )
     session = Session(SimDevice()).load(path)
     session.initialize()
     tokens = rng.integers(0, 23, (2, 6)).astype(np.int64)
