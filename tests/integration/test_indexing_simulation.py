@@ -225,3 +225,31 @@ def test_i32_inputs_through_a_saved_package(tmp_path):
         session.run({"ids": np.where(np.arange(12).reshape(2, 6) == 9, 2**32, tokens)})
     with pytest.raises(SimulationError, match=r"'ids' at position \(0, 1\) holds 23"):
         session.run({"ids": np.where(np.arange(12).reshape(2, 6) == 1, 23, tokens)})
+
+
+def test_cli_runs_a_package_with_int64_token_ids(tmp_path):
+    import subprocess
+    import sys
+
+    g = ComputeGraph()
+    ids = g.host_input("ids", (1, 9), "i32")
+    g.set_outputs(g.gather(g.parameter("emb", (31, 6), "f32"), ids, name="lookup"))
+    emb = np.random.default_rng(9).normal(size=(31, 6)).astype(np.float32)
+    pkg = tmp_path / "emb.ipuexe"
+    build_package(g, BuildConfig(tiles=8, finalists=1, exchange_time_budget=0), {"emb": emb}).save(
+        pkg
+    )
+    tokens = np.arange(9, dtype=np.int64).reshape(1, 9) * 3
+    np.save(tmp_path / "ids.npy", tokens)
+
+    def cli(*args):
+        cmd = [sys.executable, "-m", "ipu_stack.cli", "run", str(pkg), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    ok = cli("--input", f"ids={tmp_path / 'ids.npy'}", "--output-dir", str(tmp_path / "o"))
+    assert ok.returncode == 0, ok.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "lookup.out.npy"), emb[tokens])
+    np.save(tmp_path / "big.npy", np.full((1, 9), 2**40, np.int64))
+    bad = cli("--input", f"ids={tmp_path / 'big.npy'}")
+    assert bad.returncode == 2 and "value 1099511627776 at position (0, 0)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
