@@ -11,6 +11,7 @@ from ipu_stack.errors import GraphError, SimulationError
 from ipu_stack.graph import ComputeGraph, evaluate_reference
 from ipu_stack.low.program import ComputeStep, ExchangeStep, MapCall
 from ipu_stack.package.build import build
+from ipu_stack.runtime import indexing_semantics
 
 TOL = {"f16": 2e-2, "f32": 1e-4, "i32": 0}
 
@@ -154,7 +155,7 @@ def test_integer_ops_argmax_equal_where_cast():
     run(g, feeds, 16)
 
 
-def test_transposes_of_on_chip_values_including_the_last_axis():
+def test_transposes_of_on_chip_values_including_the_last_axis(monkeypatch):
     g = ComputeGraph()
     a = g.host_input("a", (192, 40), "f16")
     y = g.gemm(a, g.parameter("w", (40, 352), "f16"))  # produced on chip, column blocks
@@ -173,6 +174,17 @@ def test_transposes_of_on_chip_values_including_the_last_axis():
     assert map_calls(built.program, "transpose")
     labels = [s.label for s in built.program.steps if isinstance(s, ExchangeStep)]
     assert not any(label.startswith("transpose0 ") for label in labels)  # in place, no exchange
+    # mutation: a transpose kernel that reverses its rows is caught by the comparison
+    real = indexing_semantics.indexing_semantics
+
+    def reversed_rows(call, args):
+        out = real(call, args)
+        return out[::-1] if call.kind == "transpose" and call.out.rows > 1 else out
+
+    monkeypatch.setattr(indexing_semantics, "indexing_semantics", reversed_rows)
+    out = SimDevice().run(built.program, built.placement, built.schedules, feeds).outputs
+    with pytest.raises(AssertionError):
+        compare(g, out, feeds)
 
 
 def test_gemm_with_a_transposed_operand_produced_on_chip():
