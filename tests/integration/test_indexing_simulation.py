@@ -11,6 +11,7 @@ from ipu_stack.errors import GraphError, SimulationError
 from ipu_stack.graph import ComputeGraph, evaluate_reference
 from ipu_stack.low.program import ComputeStep, ExchangeStep, MapCall
 from ipu_stack.package.build import build
+from ipu_stack.runtime import indexing_semantics
 
 TOL = {"f16": 2e-2, "f32": 1e-4, "i32": 0}
 
@@ -42,7 +43,7 @@ def compare(g, outputs, feeds):
 
 
 def run(g, feeds, tiles):
-    built = build(g, BuildConfig(tiles=tiles, finalists=1))
+    built = build(g, BuildConfig(tiles=tiles, finalists=1, exchange_time_budget=0))
     result = SimDevice().run(built.program, built.placement, built.schedules, feeds)
     compare(g, result.outputs, feeds)
     return built, result
@@ -104,7 +105,7 @@ def test_out_of_range_id_is_a_run_time_error_naming_input_position_value():
     g = ComputeGraph()
     ids = g.host_input("token_ids", (2, 4), "i32")
     g.set_outputs(g.gather(g.parameter("table", (10, 8), "f32"), ids))
-    built = build(g, BuildConfig(tiles=8, finalists=1))
+    built = build(g, BuildConfig(tiles=8, finalists=1, exchange_time_budget=0))
     feeds = feeds_for(g, np.random.default_rng(2))
     for bad in (10, -1):
         feeds["token_ids"][1, 2] = bad
@@ -154,7 +155,7 @@ def test_integer_ops_argmax_equal_where_cast():
     run(g, feeds, 16)
 
 
-def test_transposes_of_on_chip_values_including_the_last_axis():
+def test_transposes_of_on_chip_values_including_the_last_axis(monkeypatch):
     g = ComputeGraph()
     a = g.host_input("a", (192, 40), "f16")
     y = g.gemm(a, g.parameter("w", (40, 352), "f16"))  # produced on chip, column blocks
@@ -173,6 +174,17 @@ def test_transposes_of_on_chip_values_including_the_last_axis():
     assert map_calls(built.program, "transpose")
     labels = [s.label for s in built.program.steps if isinstance(s, ExchangeStep)]
     assert not any(label.startswith("transpose0 ") for label in labels)  # in place, no exchange
+    # mutation: a transpose kernel that reverses its rows is caught by the comparison
+    real = indexing_semantics.indexing_semantics
+
+    def reversed_rows(call, args):
+        out = real(call, args)
+        return out[::-1] if call.kind == "transpose" and call.out.rows > 1 else out
+
+    monkeypatch.setattr(indexing_semantics, "indexing_semantics", reversed_rows)
+    out = SimDevice().run(built.program, built.placement, built.schedules, feeds).outputs
+    with pytest.raises(AssertionError):
+        compare(g, out, feeds)
 
 
 def test_gemm_with_a_transposed_operand_produced_on_chip():
@@ -212,7 +224,9 @@ def test_i32_inputs_through_a_saved_package(tmp_path):
     rng = np.random.default_rng(8)
     emb = rng.uniform(-1, 1, (23, 12)).astype(np.float16)
     path = tmp_path / "ids.ipuexe"
-    build_package(g, BuildConfig(tiles=8, finalists=1), {"emb": emb}).save(path)
+    build_package(g, BuildConfig(tiles=8, finalists=1, exchange_time_budget=0), {"emb": emb}).save(
+        path
+    )
     session = Session(SimDevice()).load(path)
     session.initialize()
     tokens = rng.integers(0, 23, (2, 6)).astype(np.int64)
@@ -223,3 +237,31 @@ def test_i32_inputs_through_a_saved_package(tmp_path):
         session.run({"ids": np.where(np.arange(12).reshape(2, 6) == 9, 2**32, tokens)})
     with pytest.raises(SimulationError, match=r"'ids' at position \(0, 1\) holds 23"):
         session.run({"ids": np.where(np.arange(12).reshape(2, 6) == 1, 23, tokens)})
+
+
+def test_cli_runs_a_package_with_int64_token_ids(tmp_path):
+    import subprocess
+    import sys
+
+    g = ComputeGraph()
+    ids = g.host_input("ids", (1, 9), "i32")
+    g.set_outputs(g.gather(g.parameter("emb", (31, 6), "f32"), ids, name="lookup"))
+    emb = np.random.default_rng(9).normal(size=(31, 6)).astype(np.float32)
+    pkg = tmp_path / "emb.ipuexe"
+    build_package(g, BuildConfig(tiles=8, finalists=1, exchange_time_budget=0), {"emb": emb}).save(
+        pkg
+    )
+    tokens = np.arange(9, dtype=np.int64).reshape(1, 9) * 3
+    np.save(tmp_path / "ids.npy", tokens)
+
+    def cli(*args):
+        cmd = [sys.executable, "-m", "ipu_stack.cli", "run", str(pkg), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    ok = cli("--input", f"ids={tmp_path / 'ids.npy'}", "--output-dir", str(tmp_path / "o"))
+    assert ok.returncode == 0, ok.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "lookup.out.npy"), emb[tokens])
+    np.save(tmp_path / "big.npy", np.full((1, 9), 2**40, np.int64))
+    bad = cli("--input", f"ids={tmp_path / 'big.npy'}")
+    assert bad.returncode == 2 and "value 1099511627776 at position (0, 0)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

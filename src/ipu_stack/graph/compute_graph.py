@@ -457,6 +457,8 @@ class ComputeGraph(IndexingOps):
         if dtype not in PRECISIONS:
             known = ", ".join(sorted(PRECISIONS))
             raise GraphError(f"{op_name}: unknown precision {dtype!r}; supported: {known}")
+        if {x.dtype, dtype} == {"f8", "i32"}:
+            raise GraphError(f"{op_name}: cast between f8 and i32 goes through f16 or f32")
         return self._op("cast", (x,), x.shape, dtype, op_name, scale_exponent)
 
     def repeat(
