@@ -10,7 +10,7 @@ Same conventions as ``onnx_ops``: an emitter returns the node's first output.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import NodeProto, TensorProto
@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 #: ONNX op type -> ComputeGraph elementwise function
 UNARY_OPS = {"Tanh": "tanh", "Sigmoid": "sigmoid", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
              "Neg": "neg"}  # fmt: skip
+
+
+def later(imp: Importer) -> Any:
+    """The graph, untyped: for operations issue 11 part B adds (concat, gather, argmax, ...),
+    called only after ``needs`` checked they exist."""
+    return imp.graph
 
 
 def needs(imp: Importer, method: str, what: str) -> None:
@@ -170,7 +176,7 @@ def _concat_values(imp: Importer, values: list[Value], axis: int, name: str) -> 
     if len(values) == 1:
         return values[0]
     needs(imp, "concat", "a Concat of computed tensors")
-    return imp.graph.concat(values, axis, name=name)  # type: ignore[attr-defined]
+    return later(imp).concat(values, axis, name=name)
 
 
 def emit_concat(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -198,7 +204,7 @@ def emit_gather(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
                 f"(axis 0 of a 2-D table; here axis {axis} of {table.shape})"
             )
         needs(imp, "gather", "an embedding lookup with run-time ids")
-        return g.gather(table, imp.value(index_name), name=imp.op_name(out))  # type: ignore[attr-defined]
+        return later(imp).gather(table, imp.value(index_name), name=imp.op_name(out))
     x = imp.value(data_name)
     rank = len(x.shape)
     if not -rank <= axis < rank:
@@ -292,13 +298,13 @@ def emit_argmax(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
         raise GraphError("select_last_index=1 is not supported")
     needs(imp, "argmax", "ArgMax")
     axis, keep = _int(node, "axis", 0), bool(_int(node, "keepdims", 1))
-    return imp.graph.argmax(x, axis % len(x.shape), keepdims=keep)  # type: ignore[attr-defined]
+    return later(imp).argmax(x, axis % len(x.shape), keepdims=keep)
 
 
 def emit_equal(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     needs(imp, "equal", "Equal")
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    return imp.graph.equal(a, b, name=imp.op_name(imp.label(node)))  # type: ignore[attr-defined]
+    return later(imp).equal(a, b, name=imp.op_name(imp.label(node)))
 
 
 def emit_cast_any(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
@@ -320,6 +326,26 @@ def emit_cast_any(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Va
         target = "i32" if to in integer else PRECISION_OF[to]
         return imp.graph.cast(x, target, name=imp.op_name(imp.label(node)))
     return emit_cast(imp, node, gemm)
+
+
+def runtime_attention_mask(imp: Importer, node: NodeProto, name: str, q: Value) -> Value:
+    """The additive float mask of an Attention node's run-time ``attn_mask`` (a boolean mask
+    becomes ``where(mask, 0, -inf)``), for ``flash_attention(mask=...)`` (issue 11 part B)."""
+    import inspect
+
+    if "mask" not in inspect.signature(imp.graph.flash_attention).parameters:
+        raise GraphError(
+            f"the run-time attn_mask {name!r} needs flash_attention(mask=...), which this "
+            "build lacks"
+        )
+    mask = imp.value(name)
+    if imp.elem_types.get(name) == TensorProto.BOOL:
+        needs(imp, "where", "a boolean run-time attn_mask")
+        zero = imp.derived(imp.label(node), "open", np.array(0.0), q)
+        blocked = imp.derived(imp.label(node), "blocked", np.array(-np.inf), q)
+        where_name = imp.op_name(f"{imp.label(node)}/mask")
+        return later(imp).where(mask, zero, blocked, name=where_name)
+    return mask
 
 
 EMITTERS: dict[str, Emitter] = {
