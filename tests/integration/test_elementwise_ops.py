@@ -61,8 +61,10 @@ KINDS = ["gelu_tanh", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow3", "p
          "sub", "div", "sub_row", "div_col", "reduce_mean"]  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
-@pytest.mark.parametrize("kind", KINDS)
+CASES = [(k, "f32") for k in KINDS] + [(k, "f16") for k in ("gelu_tanh", "div_col", "reduce_mean")]
+
+
+@pytest.mark.parametrize(("kind", "dtype"), CASES)
 def test_op_matches_numpy(kind, dtype):
     rng = np.random.default_rng(7)
     np_dtype = np.float16 if dtype == "f16" else np.float32
@@ -72,7 +74,7 @@ def test_op_matches_numpy(kind, dtype):
     y = rng.uniform(0.5, 2, SHAPE) * rng.choice([-1, 1], SHAPE)
     x, y = x.astype(np_dtype), y.astype(np_dtype)
     g = _graph(kind, dtype)
-    built = build(g, BuildConfig(tiles=5))
+    built = build(g, BuildConfig(tiles=5, exchange_time_budget=0.05, compile_kernels=False))
     feeds = {"x": x, "y": y, "eye": np.eye(13, dtype=np_dtype)}
     out = SimDevice().run(built.program, built.placement, built.schedules, feeds).outputs
     got = next(iter(out.values())).astype(np.float64)

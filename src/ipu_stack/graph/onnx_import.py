@@ -210,6 +210,7 @@ class Importer:
         except Exception as err:  # InferenceError: inconsistent shapes or types
             raise GraphError(f"ONNX shape inference failed: {err}") from None
         self.graph_proto = proto.graph
+        self.proto = proto
         self.inputs = {
             i.name: i for i in proto.graph.input if i.name not in initializer_names | set(constants)
         }
@@ -238,6 +239,10 @@ class Importer:
     def run(self) -> tuple[ComputeGraph, OnnxBindings]:
         self._check_order()
         self._fold()
+        for _ in range(3):  # folded constants give shapes, which give more folding
+            if not self._reinfer():
+                break
+            self._fold()
         plan = match_fusions(self.index)
         self.bindings.fusions = plan.notes
         live = self._live(plan.roots)
@@ -315,6 +320,33 @@ class Importer:
             for name, result in zip(node.output, results, strict=False):
                 if name:
                     constants[name] = np.asarray(result)
+
+    def _reinfer(self) -> bool:
+        """Shape inference again with folded tensors as initializers (shapes computed by
+        Shape/Expand/ConstantOfShape chains become static); True if a shape was learned."""
+        model = onnx.ModelProto()
+        model.CopyFrom(self.proto)
+        graph = model.graph
+        known = {t.name for t in graph.initializer}
+        kept = [n for n in graph.node if not all(o in self.index.constants for o in n.output if o)]
+        del graph.node[:]
+        graph.node.extend(kept)
+        del graph.value_info[:]
+        for name, array in self.index.constants.items():
+            if name not in known and array.dtype != object:
+                graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception:  # inference disagrees with a fold: keep what we have
+            return False
+        learned = False
+        for value_info in [*inferred.graph.value_info, *inferred.graph.output]:
+            shape = _static_shape(value_info)
+            if shape is not None and value_info.name not in self.index.shapes:
+                self.index.shapes[value_info.name] = shape
+                self.elem_types.setdefault(value_info.name, value_info.type.tensor_type.elem_type)
+                learned = True
+        return learned
 
     def _live(self, roots: dict[int, Fusion]) -> dict[int, set[str]]:
         """Nodes some graph output depends on, with which of their outputs are needed."""

@@ -11,7 +11,7 @@ output), intermediates ``<label>/<role>``, so later errors point at the user's n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import NodeProto, TensorProto
@@ -429,6 +429,23 @@ def emit_attention(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
     tq, tk = q.shape[-2], k.shape[-2]
     bias = np.zeros((tq, tk))
     mask_name = _input(node, 3)
+    if mask_name and imp.constant(mask_name) is None:  # a run-time mask (part B's mask=)
+        from ipu_stack.graph.onnx_ops_exported import runtime_attention_mask
+
+        runtime = runtime_attention_mask(imp, node, mask_name, q)
+        causal = bool(_int(node, "is_causal", 0))
+        if causal and tq != tk:
+            raise GraphError("is_causal with a run-time mask needs equal query and key counts")
+        scale_attr = attribute(node, "scale")
+        scale = float(scale_attr) if scale_attr is not None else 1.0 / float(np.sqrt(q.shape[-1]))  # type: ignore[arg-type]
+        untyped: Any = g  # flash_attention(mask=...) comes with issue 11 part B
+        y_name = imp.op_name(out if rank == 4 else f"{out}/attention")
+        y = untyped.flash_attention(q, k, v, causal, scale, mask=runtime, name=y_name)
+        if rank == 4:
+            return y
+        merged = g.transpose(y, (0, 2, 1, 3), name=imp.op_name(f"{out}/merge"))
+        b, s, h, dv = merged.shape
+        return g.view(merged, (b, s, h * dv), name=imp.op_name(out))
     if mask_name:
         mask = _required_constant(imp, node, 3, "attn_mask")
         additive = (

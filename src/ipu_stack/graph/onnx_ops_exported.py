@@ -10,7 +10,7 @@ Same conventions as ``onnx_ops``: an emitter returns the node's first output.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import NodeProto, TensorProto
@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 #: ONNX op type -> ComputeGraph elementwise function
 UNARY_OPS = {"Tanh": "tanh", "Sigmoid": "sigmoid", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
              "Neg": "neg"}  # fmt: skip
+
+
+def later(imp: Importer) -> Any:
+    """The graph, untyped: for operations issue 11 part B adds (concat, gather, argmax, ...),
+    called only after ``needs`` checked they exist."""
+    return imp.graph
 
 
 def needs(imp: Importer, method: str, what: str) -> None:
@@ -320,6 +326,26 @@ def emit_cast_any(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Va
         target = "i32" if to in integer else PRECISION_OF[to]
         return imp.graph.cast(x, target, name=imp.op_name(imp.label(node)))
     return emit_cast(imp, node, gemm)
+
+
+def runtime_attention_mask(imp: Importer, node: NodeProto, name: str, q: Value) -> Value:
+    """The additive float mask of an Attention node's run-time ``attn_mask`` (a boolean mask
+    becomes ``where(mask, 0, -inf)``), for ``flash_attention(mask=...)`` (issue 11 part B)."""
+    import inspect
+
+    if "mask" not in inspect.signature(imp.graph.flash_attention).parameters:
+        raise GraphError(
+            f"the run-time attn_mask {name!r} needs flash_attention(mask=...), which this "
+            "build lacks"
+        )
+    mask = imp.value(name)
+    if imp.elem_types.get(name) == TensorProto.BOOL:
+        needs(imp, "where", "a boolean run-time attn_mask")
+        zero = imp.derived(imp.label(node), "open", np.array(0.0), q)
+        blocked = imp.derived(imp.label(node), "blocked", np.array(-np.inf), q)
+        where_name = imp.op_name(f"{imp.label(node)}/mask")
+        return later(imp).where(mask, zero, blocked, name=where_name)
+    return mask
 
 
 EMITTERS: dict[str, Emitter] = {

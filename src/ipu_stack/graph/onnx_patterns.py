@@ -406,7 +406,8 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     probs, guard_nodes = peel_probabilities(index, probs, root)
     softmax = index.node_of(probs, "Softmax")
     probs_user = guard_nodes[-1] if guard_nodes else root
-    if softmax is None or not index.private(probs, probs_user):
+    guarded = bool(guard_nodes) and set(index.consumers.get(probs, [])) <= set(guard_nodes)
+    if softmax is None or not (index.private(probs, probs_user) or guarded):
         return None
     soft_pos = index.index_of(softmax)
     scores_shape = index.shapes.get(softmax.input[0])
