@@ -86,6 +86,9 @@ def validate(package: Package, where: str = "<package>") -> None:
     _validate_program(package, where)
     _require(m, "kernels", list, where)
     _require(m, "report", dict, where)
+    from ipu_stack.package.validate_program import validate_structure
+
+    validate_structure(package, where, segments)
 
 
 def _validate_sections(package: Package, where: str) -> None:
