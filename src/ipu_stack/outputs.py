@@ -44,6 +44,9 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
         raise OutputError("output path is empty")
     if target.is_dir():
         raise OutputError(f"output {str(path)!r} is a directory, expected a file name")
+    if target.exists() and not target.is_file():
+        # a device or FIFO: the rename that makes writes atomic would replace it
+        raise OutputError(f"output {str(path)!r} is not a regular file")
     if target.exists() and not os.access(target, os.W_OK):
         # a rename would still replace it, but the user marked it read-only: respect that
         raise OutputError(f"output {str(path)!r} exists and is read-only")

@@ -515,6 +515,11 @@ def _single(op: str, inputs: dict, consts: dict | None = None, opset: int = 20, 
     return make_model([node(op, names, ["y"], **attrs)], inputs, ["y"], consts, opset)
 
 
+def _output_type(model: onnx.ModelProto, elem: int) -> onnx.ModelProto:
+    model.graph.output[0].type.tensor_type.elem_type = elem  # a consistent declaration
+    return model
+
+
 REFUSALS = {
     "unknown_op": (lambda: _single("Relu", {"x": (4,)}), r"'relu_y' \(Relu\): op type 'Relu'"),
     "sub_computed": (
@@ -549,7 +554,7 @@ REFUSALS = {
         r"\(Slice\): steps \[2\] are not supported",
     ),
     "cast_to_int": (
-        lambda: _single("Cast", {"x": (4,)}, to=TensorProto.INT32),
+        lambda: _output_type(_single("Cast", {"x": (4,)}, to=TensorProto.INT32), TensorProto.INT32),
         r"\(Cast\): cast to int32 is not supported",
     ),
     "gelu_tanh": (

@@ -194,15 +194,14 @@ def parse_snapshot(document: object) -> tuple[int, list[tuple[int, ExchangePhase
 
 
 def _format_and_version(document: dict[str, Any], fmt: str, what: str) -> None:
-    """``format`` (optional, but this format if present) and ``version`` (optional, 1)."""
-    if document.get("format", fmt) != fmt:
+    """``format`` must be this format and ``version`` this reader's version (both required)."""
+    if str_field(document, "format", what) != fmt:
         raise PackageError(f"{what}: format is {document['format']!r:.40}, expected {fmt!r}")
-    if "version" in document:
-        version = integer(document["version"], f"{what}: 'version'", 0)
-        if version != VERSION:
-            raise PackageError(
-                f"{what}: version {version} is not supported (this reader reads {VERSION})"
-            )
+    version = int_field(document, "version", what)
+    if version != VERSION:
+        raise PackageError(
+            f"{what}: version {version} is not supported (this reader reads {VERSION})"
+        )
 
 
 def _field(mapping: dict[str, Any], key: str, where: str) -> Any:

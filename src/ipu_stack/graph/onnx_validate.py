@@ -13,7 +13,10 @@ wrong before the importer interprets it. In order:
    rejected, as onnxruntime does), topological order (no dangling inputs), every operator
    exists in the declared opset (``Gelu`` needs opset 20), attribute names and types;
 5. ``input_shapes`` (``--input-shape``) names graph inputs that are not initializers, with the
-   model's rank, and agrees with every static dimension the model declares.
+   model's rank, and agrees with every static dimension the model declares;
+6. strict shape and type inference (``onnx.shape_inference``, ``check_type``, ``strict_mode``):
+   a declared type or shape that contradicts what the operators compute (a FLOAT16 output of
+   a FLOAT computation, an initializer whose data does not fill its dims) is rejected.
 
 Raises :class:`~ipu_stack.errors.GraphError` (exit status 2).
 """
@@ -29,6 +32,7 @@ from ipu_stack.errors import GraphError
 
 #: Lowest default-domain opset accepted (ONNX's first).
 MIN_OPSET = 1
+_KNOWN_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != 0)
 #: Protobuf's limit: larger models are checked by path (external data).
 _PROTO_LIMIT = 2**31 - 1
 
@@ -80,6 +84,13 @@ def validate_onnx(
         raise GraphError(f"{name} fails the ONNX checker: {line}") from None
     if input_shapes:
         _check_input_shapes(proto, input_shapes, name)
+    if proto.ByteSize() < _PROTO_LIMIT:
+        try:
+            onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError,
+                ValueError, TypeError) as err:  # fmt: skip
+            line = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), repr(err))
+            raise GraphError(f"{name} fails ONNX shape and type inference: {line}") from None
 
 
 def _shapes_for_checker(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -130,6 +141,12 @@ def _check_dims(proto: onnx.ModelProto, name: str) -> None:
     ):
         for info in infos:
             tensor = info.type.tensor_type
+            known = tensor.elem_type in _KNOWN_TYPES or kind == "value_info"
+            if info.type.HasField("tensor_type") and not known:
+                raise GraphError(
+                    f"{name}: graph {kind} {info.name!r} has element type {tensor.elem_type} "
+                    "(undefined or unknown)"
+                )
             if not tensor.HasField("shape"):
                 continue
             for axis, dim in enumerate(tensor.shape.dim):
@@ -143,6 +160,51 @@ def _check_dims(proto: onnx.ModelProto, name: str) -> None:
             raise GraphError(
                 f"{name}: initializer {init.name!r} has a negative dimension {list(init.dims)}"
             )
+        _check_initializer_size(init, name)
+
+
+def _check_initializer_size(init: onnx.TensorProto, name: str) -> None:
+    """The data of an (embedded) initializer holds exactly the elements its dims announce."""
+    if init.data_location == onnx.TensorProto.EXTERNAL or init.data_type in (
+        onnx.TensorProto.STRING,
+        onnx.TensorProto.UNDEFINED,
+    ):
+        return
+    want = 1
+    for d in init.dims:
+        want *= d
+    try:
+        if init.HasField("raw_data"):
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+            bits = _bits(init.data_type, itemsize)
+            if len(init.raw_data) == (want * bits + 7) // 8:
+                return
+            have = len(init.raw_data) * 8 // bits
+        elif _bits(init.data_type, 1) == 4:
+            return  # packed 4-bit types in typed fields: left to the checker
+        else:
+            have = len(getattr(init, onnx.helper.tensor_dtype_to_field(init.data_type)))
+            if init.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128):
+                have //= 2
+    except (KeyError, ValueError, TypeError):
+        raise GraphError(
+            f"{name}: initializer {init.name!r} has unknown data type {init.data_type}"
+        ) from None
+    if have != want and not (want == 0 and have == 0):
+        raise GraphError(
+            f"{name}: initializer {init.name!r} has {have} elements of data for dims "
+            f"{list(init.dims)} ({want} elements)"
+        )
+
+
+def _bits(data_type: int, itemsize: int) -> int:
+    """Bits per element in raw data (4 for the packed 4-bit types)."""
+    packed = {
+        getattr(onnx.TensorProto, n)
+        for n in ("INT4", "UINT4", "FLOAT4E2M1")
+        if hasattr(onnx.TensorProto, n)
+    }
+    return 4 if data_type in packed else 8 * itemsize
 
 
 def _check_input_shapes(

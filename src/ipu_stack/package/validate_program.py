@@ -68,11 +68,66 @@ def validate_structure(package: Package, where: str, segments: np.ndarray) -> No
                     raise PackageError(f"{here}: iterated entry {entry!r:.60} is not "
                                        "[tile, address, name, stride]")  # fmt: skip
         else:
-            for call in step["calls"]:
-                if not isinstance(call, list) or len(call) < 2:
-                    raise PackageError(f"{here}: call {call!r:.60} is not [kind, tile, ...]")
-                integer(call[1], f"{here}: call tile", 0, ipu21.TILES - 1)
+            for position, call in enumerate(step["calls"]):
+                _call(call, f"{here} call {position}")
     _coverage(package, where)
+
+
+#: Field kinds of each call (after kind and tile): ``a`` address or count >= 0, ``n`` count
+#: >= 1, ``z`` any int, ``b`` 0/1, ``p`` precision, ``s`` string, ``A`` list of addresses,
+#: ``v`` view [address, rows >= 1, cols >= 1, stride, precision], ``V`` list of views,
+#: ``K`` attributes [[name, value], ...].
+CALL_FIELDS = {
+    "gemm": "aaannnpbsz",
+    "add": "aAnp",
+    "copy": "aan",
+    "fill": "an",
+    "map": "svVK",
+}
+
+
+def _call(call: object, where: str) -> None:
+    if not isinstance(call, list) or len(call) < 2 or not isinstance(call[0], str):
+        raise PackageError(f"{where}: {call!r:.60} is not [kind, tile, ...]")
+    integer(call[1], f"{where}: tile", 0, ipu21.TILES - 1)
+    spec = CALL_FIELDS.get(call[0])
+    if spec is None:
+        return  # the loader names unknown kinds
+    if len(call) != len(spec) + 2:
+        raise PackageError(f"{where}: a {call[0]} call has {len(call) - 2} fields, not {len(spec)}")
+    for index, (kind, value) in enumerate(zip(spec, call[2:], strict=True)):
+        if not _field_ok(kind, value):
+            raise PackageError(f"{where}: {call[0]} field {index + 2} is bad: {value!r:.60}")
+    if call[0] == "gemm" and call[8] != "f8" and call[11] != 0:
+        raise PackageError(f"{where}: a {call[8]} gemm has a scale exponent ({call[11]})")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field_ok(kind: str, value: object) -> bool:
+    if kind in "anzb":
+        low = {"a": 0, "n": 1, "z": -(2**31), "b": 0}[kind]
+        high = 1 if kind == "b" else 2**31 if kind == "z" else 2**40
+        return _is_int(value) and low <= value <= high  # type: ignore[operator]
+    if kind == "p":
+        return isinstance(value, str) and value in ipu21.PRECISIONS
+    if kind == "s":
+        return isinstance(value, str)
+    if kind == "A":
+        return isinstance(value, list) and bool(value) and all(_field_ok("a", v) for v in value)
+    if kind == "v":
+        return (
+            isinstance(value, list)
+            and len(value) == 5
+            and all(_field_ok(k, v) for k, v in zip("annap", value, strict=True))
+        )
+    if kind == "V":
+        return isinstance(value, list) and all(_field_ok("v", v) for v in value)
+    return isinstance(value, list) and all(
+        isinstance(a, list) and len(a) == 2 and isinstance(a[0], str) for a in value
+    )
 
 
 def _inside(
@@ -155,15 +210,17 @@ def _pieces(package: Package, where: str) -> None:
 
 def _coverage(package: Package, where: str) -> None:
     for b in package.bindings():
-        if b["role"] == "weight":
-            continue  # weight_arrays checks weights' coverage and agreement
         n, c = flat_rows(b["shape"])
         if n * c > 1 << 28:
             raise PackageError(f"{where}: binding {b['name']!r} of {n * c} elements is too large")
+        sl = package.binding_slices(b)
+        key = sl[:, 0] * (1 << 32) + sl[:, 1]
+        if len(np.unique(key)) != len(key):
+            raise PackageError(f"{where}: binding {b['name']!r} has two slices at one tile address")
         seen = np.zeros((n, c), dtype=bool)
         for _, _, _, r0, r1, c0, c1, *_ in package.binding_slices(b).tolist():
             seen[r0:r1, c0:c1] = True
-        if not seen.all():
+        if b["role"] != "weight" and not seen.all():  # weight_arrays checks weights
             raise PackageError(
                 f"{where}: binding {b['name']!r} {tuple(b['shape'])}: {int((~seen).sum())} of "
                 f"{n * c} elements are in no slice (the shape does not match the program)"
