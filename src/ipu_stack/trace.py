@@ -54,7 +54,7 @@ class Trace:
             )
 
 
-class _StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StdoutHandler(logging.StreamHandler):
     """A closed stdout (``| head``) propagates to the CLI, which ends quietly."""
 
     def handleError(self, record: logging.LogRecord) -> None:
