@@ -9,6 +9,17 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from ipu_stack.cli_types import (
+    bounded_int,
+    nonnegative_seconds,
+    output_file,
+    positive_int,
+    seed,
+)
+from ipu_stack.cli_types import (
+    named_shape as _named_shape,
+)
+from ipu_stack.cli_types import shape as _shape
 from ipu_stack.errors import GraphError, IpuStackError
 from ipu_stack.kernels import commands as kernel_commands
 from ipu_stack.package import commands as package_commands
@@ -22,33 +33,16 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def positive_int(text: str, what: str = "dimensions must be positive") -> int:
-    """argparse type: a positive integer, else one clear line."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{what}, got {value}")
-    return value
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(positive_int(part) for part in text.split(","))
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"bad shape {text!r}: {err}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ipu-stack", description="Compile and simulate programs for the IPU21.")
+    parser.add_argument("--version", action="version", version=f"ipu-stack {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gemm = sub.add_parser("gemm", help="compile a GEMM, run it on the simulator, check it")
     gemm.add_argument("m", type=positive_int, help="output rows")
     gemm.add_argument("k", type=positive_int, help="inner extent")
     gemm.add_argument("n", type=positive_int, help="output columns")
     gemm.add_argument("--batch", type=positive_int, default=None, help="leading batch of the left")
-    gemm.add_argument("--precision", choices=sorted(ipu21.FLOAT_PRECISIONS), default="f16")
+    gemm.add_argument("--precision", choices=("f16", "f32"), default="f16")
     gemm.add_argument(
         "--tiles", type=positive_int, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
     )
@@ -66,11 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="override the right operand's shape, e.g. 32,48",
     )
-    gemm.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    gemm.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
     gemm.add_argument(
         "--export-exchange-snapshot",
         metavar="PATH",
+        type=output_file,
         default=None,
         help="write every exchange phase of the build as a snapshot JSON file",
     )
@@ -81,13 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _named_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    name, sep, dims = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=D,D,..., got {text!r}")
-    return name, _shape(dims)
-
-
 def _add_onnx_command(sub: argparse._SubParsersAction) -> None:
     onnx = sub.add_parser(
         "onnx", help="import an ONNX model, compile it, run it on the simulator, check it"
@@ -96,7 +84,7 @@ def _add_onnx_command(sub: argparse._SubParsersAction) -> None:
     onnx.add_argument(
         "--tiles", type=positive_int, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
     )
-    onnx.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    onnx.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     onnx.add_argument(
         "--input-shape",
         type=_named_shape,
@@ -108,23 +96,17 @@ def _add_onnx_command(sub: argparse._SubParsersAction) -> None:
     onnx.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def nonnegative_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds, at least 0, else one clear line."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"seconds must be finite and >= 0, got {text}")
-    return value
-
-
 def _add_exchange_commands(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser(
         "exchange-bench", help="schedule and verify the exchange phases of a snapshot"
     )
     bench.add_argument("snapshot", metavar="SNAPSHOT.json")
-    bench.add_argument("--phase", type=int, default=None, help="only this phase id")
+    bench.add_argument(
+        "--phase",
+        type=bounded_int(0, 2**63 - 1, "phase id"),
+        default=None,
+        help="only this phase id",
+    )
     bench.add_argument(
         "--time-budget",
         type=nonnegative_seconds,
@@ -132,7 +114,7 @@ def _add_exchange_commands(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="seconds per phase (default 1.5)",
     )
-    bench.add_argument("--emit-schedule", metavar="OUT.json", default=None)
+    bench.add_argument("--emit-schedule", metavar="OUT.json", type=output_file, default=None)
     bench.add_argument(
         "--latency", choices=("time_to_mux", "none"), default="time_to_mux", help="latency model"
     )
@@ -154,6 +136,17 @@ def _add_exchange_commands(sub: argparse._SubParsersAction) -> None:
     check = sub.add_parser("exchange-verify", help="verify a schedule file against a snapshot")
     check.add_argument("snapshot", metavar="SNAPSHOT.json")
     check.add_argument("schedule", metavar="SCHEDULE.json")
+
+
+def require_gemm_storable(args: argparse.Namespace) -> None:
+    """Reject operands no machine could hold before planning allocates anything for them."""
+    from ipu_stack.cli_types import require_storable
+
+    lead = (args.batch,) if args.batch else ()
+    left = args.left_shape or (*lead, args.m, args.k)
+    right = args.right_shape or (args.k, args.n)
+    out = (*lead, args.m, args.n)
+    require_storable([("left", left), ("right", right), ("output", out)], args.precision)
 
 
 def _exchange_bench(args: argparse.Namespace) -> int:
@@ -226,8 +219,29 @@ def _onnx(args: argparse.Namespace) -> int:
     return 0 if report["passed"] else 1
 
 
+def _version() -> str:
+    from ipu_stack.package.assemble import compiler_version
+
+    return compiler_version()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ipu-stack`` console script."""
+    """Entry point of the ``ipu-stack`` console script.
+
+    A closed stdout (``ipu-stack ... | head``) ends the program quietly with status 0.
+    """
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader is gone: point stdout at /dev/null so the interpreter's final flush
+        # does not raise again, and stop without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(verbose=not getattr(args, "json", False))
     try:
@@ -250,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if args.tiles > ipu21.TILES:
                 raise GraphError(f"--tiles must be between 1 and {ipu21.TILES}, got {args.tiles}")
+            require_gemm_storable(args)
             report = run_gemm(
                 GemmJob(
                     args.m,

@@ -40,6 +40,16 @@ class ScheduleError(IpuStackError):
     exit_code = 1
 
 
+class InconsistentPackageError(PackageError, SimulationError):
+    """A package passed its structural checks but the device rejected its program.
+
+    A ``PackageError`` (exit status 2, the message names the file) that is also a
+    ``SimulationError`` (what the simulator reported).
+    """
+
+    exit_code = 2
+
+
 class ToolError(IpuStackError):
     """An external tool failed; carries the tool, exit status, stderr and a repro command."""
 

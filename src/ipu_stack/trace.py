@@ -54,9 +54,18 @@ class Trace:
             )
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """A closed stdout (``| head``) propagates to the CLI, which ends quietly."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError):
+            raise  # re-raise the BrokenPipeError being handled
+        super().handleError(record)
+
+
 def configure_logging(verbose: bool = True) -> None:
     """Route ipu_stack events to stdout as ``INFO message key=value ...`` (errors: stderr)."""
-    handler = logging.StreamHandler(sys.stdout)
+    handler = _StdoutHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     LOGGER.handlers[:] = [handler]
     LOGGER.setLevel(logging.INFO if verbose else logging.WARNING)

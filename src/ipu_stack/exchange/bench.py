@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ipu_stack.errors import GraphError, ScheduleError
-from ipu_stack.exchange.model import ExchangeModel, PhaseSchedule
+from ipu_stack.errors import GraphError, PackageError, ScheduleError
+from ipu_stack.exchange.model import ExchangeModel, ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.schedule_pieces import MAX_PIECES
 from ipu_stack.exchange.scheduler import DEFAULT_TIME_BUDGET, optimize_phase
 from ipu_stack.exchange.snapshot import read_schedule, read_snapshot, write_schedule
@@ -100,13 +100,30 @@ def verify_schedule_file(snapshot: str | Path, schedule: str | Path) -> list[int
     checked = []
     for phase_id, exchange_phase in phases:
         if phase_id not in schedules:
-            raise ScheduleError(f"phase {phase_id}: no schedule in {schedule}")
+            raise PackageError(f"phase {phase_id}: no schedule in {schedule}")
+        _check_shape(exchange_phase, schedules[phase_id], f"{schedule}: phase {phase_id}")
         try:
             verify_schedule(exchange_phase, schedules[phase_id])
         except ScheduleError as err:
             raise ScheduleError(f"phase {phase_id}: {err}") from None
         checked.append(phase_id)
     return checked
+
+
+def _check_shape(phase: ExchangePhase, schedule: PhaseSchedule, where: str) -> None:
+    """A schedule's structure matches its snapshot phase (a file problem, exit status 2)."""
+    if len(schedule.pieces) != len(phase.transfers):
+        raise PackageError(
+            f"{where}: {len(schedule.pieces)} transfer entries for the snapshot's "
+            f"{len(phase.transfers)} transfers"
+        )
+    arrivals = schedule.first_arrivals or ()
+    for index, (transfer, cycles) in enumerate(zip(phase.transfers, arrivals, strict=True)):
+        if len(cycles) != len(transfer.destinations):
+            raise PackageError(
+                f"{where} transfer {index}: {len(cycles)} first_arrivals for "
+                f"{len(transfer.destinations)} destinations"
+            )
 
 
 def format_record(record: dict[str, Any]) -> str:

@@ -71,6 +71,7 @@ from ipu_stack.exchange.model import (
     Piece,
     Transfer,
 )
+from ipu_stack.json_fields import field, int_field, integer, list_field, model_from_json, str_field
 
 SNAPSHOT_FORMAT = "ipu-stack-exchange-snapshot"
 SCHEDULE_FORMAT = "ipu-stack-exchange-schedule"
@@ -86,10 +87,12 @@ def _read_text(path: str | Path) -> str:
 
 
 def _write_text(path: str | Path, text: str) -> None:
+    from ipu_stack.outputs import atomic_write
+
     data = text.encode("utf-8")
     if str(path).endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    Path(path).write_bytes(data)
+    atomic_write(path, data)
 
 
 def snapshot_document(
@@ -160,13 +163,9 @@ def parse_snapshot(document: object) -> tuple[int, list[tuple[int, ExchangePhase
     """Validate a decoded snapshot document (see :func:`read_snapshot`)."""
     if not isinstance(document, dict):
         raise PackageError("snapshot: the top level must be an object")
-    fmt = document.get("format", SNAPSHOT_FORMAT)
-    if fmt != SNAPSHOT_FORMAT:
-        raise PackageError(f"snapshot: format is {fmt!r}, expected {SNAPSHOT_FORMAT!r}")
-    tile_count = _integer(document, "tile_count", "snapshot")
-    phases_value = _field(document, "phases", "snapshot")
-    if not isinstance(phases_value, list):
-        raise PackageError("snapshot: 'phases' must be a list")
+    _format_and_version(document, SNAPSHOT_FORMAT, "snapshot")
+    tile_count = int_field(document, "tile_count", "snapshot", 1, 1 << 20)
+    phases_value = list_field(document, "phases", "snapshot", nonempty=True)
     phases: list[tuple[int, ExchangePhase]] = []
     seen: set[int] = set()
     for position, entry in enumerate(phases_value):
@@ -192,6 +191,17 @@ def parse_snapshot(document: object) -> tuple[int, list[tuple[int, ExchangePhase
             raise PackageError(f"{where} {err}") from None
         phases.append((phase_id, phase))
     return tile_count, phases
+
+
+def _format_and_version(document: dict[str, Any], fmt: str, what: str) -> None:
+    """``format`` must be this format and ``version`` this reader's version (both required)."""
+    if str_field(document, "format", what) != fmt:
+        raise PackageError(f"{what}: format is {document['format']!r:.40}, expected {fmt!r}")
+    version = int_field(document, "version", what)
+    if version != VERSION:
+        raise PackageError(
+            f"{what}: version {version} is not supported (this reader reads {VERSION})"
+        )
 
 
 def _field(mapping: dict[str, Any], key: str, where: str) -> Any:
@@ -286,23 +296,46 @@ def read_schedule(path: str | Path) -> dict[int, PhaseSchedule]:
         raise PackageError(f"cannot read schedule {path}: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
         raise PackageError(f"schedule {path} is not JSON: {err}") from None
-    try:
-        model = ExchangeModel(**document["model"])
-        result: dict[int, PhaseSchedule] = {}
-        for entry in document["phases"]:
-            pieces = tuple(
+    return parse_schedule(document, f"schedule {path}")
+
+
+def parse_schedule(document: object, where: str = "schedule") -> dict[int, PhaseSchedule]:
+    """Validate a decoded schedule document: every field typed, ranged and present.
+
+    Raises:
+        PackageError: naming the phase, transfer and field of the first problem.
+    """
+    if not isinstance(document, dict):
+        raise PackageError(f"{where}: the top level must be an object")
+    _format_and_version(document, SCHEDULE_FORMAT, where)
+    model = model_from_json(field(document, "model", where), where)
+    result: dict[int, PhaseSchedule] = {}
+    for position, entry in enumerate(list_field(document, "phases", where, nonempty=True)):
+        here = f"{where}: phase entry {position}"
+        phase_id = int_field(entry, "phase", here)
+        here = f"{where}: phase {phase_id}"
+        if phase_id in result:
+            raise PackageError(f"{here}: appears twice")
+        horizon = int_field(entry, "horizon", here)
+        kind = str_field(entry, "kind", here) if "kind" in entry else "external"
+        pieces, arrivals = [], []
+        for index, transfer in enumerate(list_field(entry, "transfers", here)):
+            at = f"{here} transfer {index}"
+            pieces.append(
                 tuple(
-                    Piece(int(p["send_cycle"]), int(p["offset_words"]), int(p["words"]))
-                    for p in transfer["pieces"]
+                    Piece(
+                        int_field(p, "send_cycle", f"{at} piece {j}"),
+                        int_field(p, "offset_words", f"{at} piece {j}"),
+                        int_field(p, "words", f"{at} piece {j}", 1),
+                    )
+                    for j, p in enumerate(list_field(transfer, "pieces", at, nonempty=True))
                 )
-                for transfer in entry["transfers"]
             )
-            arrivals = tuple(
-                tuple(int(c) for c in transfer["first_arrivals"]) for transfer in entry["transfers"]
+            arrivals.append(
+                tuple(
+                    integer(c, f"{at} first_arrivals[{k}]")
+                    for k, c in enumerate(list_field(transfer, "first_arrivals", at))
+                )
             )
-            result[int(entry["phase"])] = PhaseSchedule(
-                pieces, int(entry["horizon"]), str(entry.get("kind", "external")), model, arrivals
-            )
-    except (KeyError, TypeError, ValueError) as err:
-        raise PackageError(f"schedule {path}: malformed ({err!r})") from None
+        result[phase_id] = PhaseSchedule(tuple(pieces), horizon, kind, model, tuple(arrivals))
     return result

@@ -41,6 +41,7 @@ from ipu_stack.graph.onnx_patterns import (
     attribute,
     match_fusions,
 )
+from ipu_stack.graph.onnx_validate import validate_onnx
 from ipu_stack.target.ipu21 import PRECISIONS
 
 NUMPY_OF = {"f32": np.float32, "f16": np.float16}
@@ -134,6 +135,7 @@ def import_onnx(
             ipu-stack does not support; the message names the node and its op type.
     """
     proto = _load(model)
+    validate_onnx(proto, model, input_shapes)  # checker rules + ours, before anything else
     return Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
 
 

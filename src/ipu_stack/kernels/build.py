@@ -249,6 +249,10 @@ def compile_kernels(
         else:
             trace.event("kernel cache miss", name=unit.name, key=key)
             misses.append(unit)
+    if misses:  # a cache root that is a file or unwritable: one GraphError, not per unit
+        from ipu_stack.kernels.source_check import ensure_cache_dir
+
+        ensure_cache_dir(cache.root)
     # Processes pay off from a handful of misses; fewer run inline (no pool start-up).
     workers = min(len(misses), jobs or os.cpu_count() or 1)
     if workers > 1 and len(misses) >= PARALLEL_MIN_UNITS:

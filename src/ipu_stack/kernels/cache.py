@@ -173,7 +173,9 @@ class KernelCache:
         entry = self.lookup(key)
         if entry is not None:
             return entry, True
-        self.root.mkdir(parents=True, exist_ok=True)
+        from ipu_stack.kernels.source_check import ensure_cache_dir
+
+        ensure_cache_dir(self.root)
         with self.lock(key):
             entry = self.lookup(key)  # another process may have built it meanwhile
             if entry is not None:

@@ -6,7 +6,6 @@ import argparse
 import json
 import shlex
 import sys
-from pathlib import Path
 
 from ipu_stack.errors import GraphError
 
@@ -77,9 +76,9 @@ def _kernel_compile(args: argparse.Namespace) -> int:
     args.json = extra.json or args.json
     if args.json:
         configure_logging(verbose=False)
-    source = Path(args.source)
-    if not source.is_file():
-        raise GraphError(f"kernel source {source} not found (expected an assembly template .S)")
+    from ipu_stack.kernels.source_check import check_kernel_source
+
+    source = check_kernel_source(args.source)
     unit = KernelCompilation(args.name or source.stem, source, tuple(flags))
     toolchain = Toolchain.discover(args.sdk)
     cache = KernelCache()

@@ -145,9 +145,10 @@ def preprocess(source: Path, flags: Sequence[str]) -> tuple[str, str, list[str],
         *preprocessor_flags(flags),
         str(source),
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    out = proc.stdout if proc.returncode == 0 else ""
-    return out, proc.stderr, argv, Path(command[0]).name
+    proc = subprocess.run(argv, capture_output=True, check=False)
+    # bytes that are not UTF-8 (a binary include) become U+FFFD; the checks then report them
+    out = proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else ""
+    return out, proc.stderr.decode("utf-8", "replace"), argv, Path(command[0]).name
 
 
 def _lines_with_sites(text: str) -> tuple[list[tuple[str, Site]], list[str]]:

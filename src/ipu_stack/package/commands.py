@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ipu_stack.cli_types import bounded_int, named_shape, output_dir, output_file, seed
 from ipu_stack.errors import GraphError
 from ipu_stack.target import ipu21
 
@@ -31,10 +32,9 @@ def _seconds(text: str) -> float:
 
 
 def _named_file(text: str) -> tuple[str, str]:
-    name, sep, path = text.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
-    return name, path
+    from ipu_stack.cli_types import named_file
+
+    return named_file(text)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +46,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "a summary of the package written.",
     )
     comp.add_argument("model", metavar="MODEL.onnx")
-    comp.add_argument("-o", "--output", required=True, metavar="OUT.ipuexe")
+    comp.add_argument("-o", "--output", required=True, metavar="OUT.ipuexe", type=output_file)
+    comp.add_argument(
+        "--input-shape",
+        type=named_shape,
+        action="append",
+        default=[],
+        metavar="NAME=D,D,..",
+        help="static shape of an input with symbolic dimensions (repeatable)",
+    )
     comp.add_argument(
         "--tiles", type=_positive, default=ipu21.TILES, help=f"tiles to use (1..{ipu21.TILES})"
     )
@@ -70,6 +78,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     comp.add_argument(
         "--export-exchange-snapshot",
         metavar="PATH",
+        type=output_file,
         default=None,
         help="write every exchange phase of the build as a snapshot JSON file",
     )
@@ -87,13 +96,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--random-inputs", action="store_true", help="uniform(-1, 1) data for inputs not given"
     )
-    run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs")
-    run.add_argument("--output-dir", metavar="DIR", default=None, help="write NAME.npy per output")
+    run.add_argument(
+        "--cast-inputs",
+        action="store_true",
+        help="convert --input arrays of another numeric dtype (else they must match exactly)",
+    )
+    run.add_argument("--seed", type=seed, default=0, help="seed of --random-inputs")
+    run.add_argument(
+        "--output-dir", metavar="DIR", type=output_dir, default=None,
+        help="write NAME.npy per output",
+    )  # fmt: skip
     run.add_argument("--json", action="store_true", help="print one JSON object")
     ins = sub.add_parser("package-inspect", help="describe a .ipuexe package")
     ins.add_argument("package", metavar="PKG.ipuexe")
     ins.add_argument("--bindings", action="store_true", help="list every binding")
-    ins.add_argument("--tile", type=int, default=None, metavar="N", help="physical tile N")
+    ins.add_argument(
+        "--tile", type=bounded_int(0, ipu21.TILES - 1, "tile id"), default=None, metavar="N",
+        help="physical tile N",
+    )  # fmt: skip
     ins.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -107,17 +127,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- compile ------------------------------------------------------------------------------------
-def _load_onnx(path: str, precision: str | None) -> Any:
+def _load_onnx(path: str, precision: str | None, input_shapes: dict[str, Any]) -> Any:
     import onnx
 
     from ipu_stack.graph.onnx_precision import convert_precision
+    from ipu_stack.graph.onnx_validate import validate_onnx
 
     try:
         proto = onnx.load(path)
     except FileNotFoundError:
         raise GraphError(f"ONNX model {path!r} not found") from None
+    except IsADirectoryError:
+        raise GraphError(f"ONNX model {path!r} is a directory") from None
     except Exception as err:  # protobuf raises DecodeError and friends
-        raise GraphError(f"cannot read ONNX model {path!r}: {err}") from None
+        line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise GraphError(f"cannot read ONNX model {path!r}: {line}") from None
+    validate_onnx(proto, path, input_shapes)  # on the file as given, before any conversion
     return convert_precision(proto, precision) if precision else proto
 
 
@@ -128,7 +153,9 @@ def _compile(args: argparse.Namespace) -> int:
     from ipu_stack.trace import Trace
 
     trace = Trace()
-    graph, onnx_bindings = import_onnx(_load_onnx(args.model, args.precision))
+    shapes = dict(args.input_shape)
+    proto = _load_onnx(args.model, args.precision, shapes)
+    graph, onnx_bindings = import_onnx(proto, input_shapes=shapes)
     config = BuildConfig(tiles=args.tiles)
     if args.finalists is not None:
         config.finalists = args.finalists
@@ -167,26 +194,29 @@ def _safe_name(name: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ipu_stack.outputs import atomic_write_many, make_output_dir
+    from ipu_stack.runtime.npy_input import check_input_names, load_npy_input
     from ipu_stack.runtime.session import Session, host_dtype
     from ipu_stack.runtime.sim import SimDevice
 
     session = Session(SimDevice()).load(args.package)
     assert session.package is not None
+    bindings = {b["name"]: b for b in session.package.bindings("input")}
+    check_input_names((name for name, _ in args.input), bindings)
     inputs: dict[str, np.ndarray] = {}
     for name, path in args.input:
-        try:
-            inputs[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise GraphError(f"--input {name}: cannot read {path!r}: {err}") from None
+        b = bindings[name]
+        inputs[name] = load_npy_input(
+            f"--input {name}", path, host_dtype(b["dtype"]), b["shape"], args.cast_inputs
+        )
     rng = np.random.default_rng(args.seed)
-    for b in session.package.bindings("input"):
-        if b["name"] not in inputs:
+    for name, b in bindings.items():
+        if name not in inputs:
             if not args.random_inputs:
                 raise GraphError(
-                    f"no data for input {b['name']!r}; pass --input {b['name']}=FILE.npy or "
-                    "--random-inputs"
+                    f"no data for input {name!r}; pass --input {name}=FILE.npy or --random-inputs"
                 )
-            inputs[b["name"]] = rng.uniform(-1, 1, b["shape"]).astype(host_dtype(b["dtype"]))
+            inputs[name] = rng.uniform(-1, 1, b["shape"]).astype(host_dtype(b["dtype"]))
     session.initialize()
     outputs = session.run(inputs)
     result = session.last_run
@@ -194,12 +224,14 @@ def _run(args: argparse.Namespace) -> int:
     clock = int(session.package.manifest.get("clock_hz", ipu21.CLOCK_HZ))
     written = {}
     if args.output_dir is not None:
-        out_dir = Path(args.output_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = make_output_dir(args.output_dir)
+        files = []
         for name, value in outputs.items():
-            path = out_dir / f"{_safe_name(name)}.npy"
-            np.save(path, value)
-            written[name] = str(path)
+            buffer = io.BytesIO()
+            np.save(buffer, value)
+            files.append((out_dir / f"{_safe_name(name)}.npy", buffer.getvalue()))
+            written[name] = str(files[-1][0])
+        atomic_write_many(files)
     report = {
         "package": args.package,
         "simulated_cycles": result.cycles,

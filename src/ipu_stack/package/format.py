@@ -41,7 +41,6 @@ import hashlib
 import json
 import math
 import os
-import secrets
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -155,26 +154,12 @@ class Package:
         Raises:
             PackageError: the file could not be written (nothing is left at ``path``).
         """
-        blob = self.to_bytes()
-        target = Path(path)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        from ipu_stack.outputs import OutputError, atomic_write
+
         try:
-            # os.open with 0o666 keeps the user's umask (mkstemp would make the file 0600).
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except OSError as err:
-            raise PackageError(f"cannot write {target}: {err.strerror or err}") from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException as err:
-            tmp.unlink(missing_ok=True)
-            if isinstance(err, OSError):
-                raise PackageError(f"cannot write {target}: {err.strerror or err}") from None
-            raise
-        return len(blob)
+            return atomic_write(path, self.to_bytes())
+        except OutputError as err:
+            raise PackageError(str(err)) from None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Package:

@@ -86,6 +86,9 @@ def validate(package: Package, where: str = "<package>") -> None:
     _validate_program(package, where)
     _require(m, "kernels", list, where)
     _require(m, "report", dict, where)
+    from ipu_stack.package.validate_program import validate_structure
+
+    validate_structure(package, where, segments)
 
 
 def _validate_sections(package: Package, where: str) -> None:
@@ -94,6 +97,8 @@ def _validate_sections(package: Package, where: str) -> None:
         if name not in sections:
             raise _fail(where, f"section {name!r} is missing")
     for name, entry in sections.items():
+        if not isinstance(entry, dict):
+            raise _fail(where, f"section {name!r} is not an object")
         offset, size = entry.get("offset"), entry.get("size")
         if not isinstance(offset, int) or not isinstance(size, int) or offset < 0 or size < 0:
             raise _fail(where, f"section {name!r} has a bad offset or size")
@@ -304,6 +309,7 @@ def _validate_host_calls(package: Package, where: str) -> None:
         writes, reads = call.get("writes"), call.get("reads")
         if (
             not isinstance(writes, list)
+            or not all(isinstance(w, str) for w in writes)
             or sorted(writes) != want_writes
             or len(set(writes)) != len(writes)
         ):
@@ -312,7 +318,11 @@ def _validate_host_calls(package: Package, where: str) -> None:
                 f"host call {call['name']!r} writes {writes!r}, but the {call['name']} "
                 f"bindings are {want_writes!r}",
             )
-        if not isinstance(reads, list) or sorted(reads) != want_reads:
+        if (
+            not isinstance(reads, list)
+            or not all(isinstance(r, str) for r in reads)
+            or sorted(reads) != want_reads
+        ):
             raise _fail(
                 where, f"host call {call['name']!r} reads {reads!r}, expected {want_reads!r}"
             )

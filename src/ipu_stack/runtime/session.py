@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ipu_stack.errors import GraphError, PackageError
+from ipu_stack.errors import (
+    GraphError,
+    InconsistentPackageError,
+    PackageError,
+    ScheduleError,
+    SimulationError,
+)
 from ipu_stack.exchange.model import (
     PAIRED64,
     WORD32,
@@ -51,7 +57,7 @@ from ipu_stack.low.program import (
 from ipu_stack.package.format import Package, element_bytes, flat_rows
 from ipu_stack.package.validate import validate
 from ipu_stack.place.assign import Allocation, Placement
-from ipu_stack.runtime.host_integers import host_int32
+from ipu_stack.runtime.npy_input import check_array
 from ipu_stack.runtime.sim import RunResult, SimDevice
 from ipu_stack.target import ipu21
 
@@ -331,6 +337,7 @@ class Session:
     weights: dict[str, np.ndarray] | None = None
     last_run: RunResult | None = None
     profile: StepProfile | None = None
+    source: str = "<package>"
 
     def load(self, package: Package | str | os.PathLike[str]) -> Session:
         """Validate and load a package (or a package file); returns the session.
@@ -341,10 +348,19 @@ class Session:
         if isinstance(package, Package):
             validate(package)  # an in-memory package gets the checks a file gets
             self.package = package
+            self.source = "<package>"
         else:
             self.package = Package.load(package)
-        self.executable = executable_program(self.package)
-        self.device.check_allocations(self.executable.placement)
+            self.source = os.fspath(package)
+        try:
+            self.executable = executable_program(self.package)
+            self.device.check_allocations(self.executable.placement)
+        except PackageError as err:
+            if str(err).startswith(self.source):
+                raise
+            raise PackageError(f"{self.source}: {str(err).splitlines()[0]}") from None
+        except (SimulationError, ScheduleError) as err:
+            raise InconsistentPackageError(f"{self.source}: {str(err).splitlines()[0]}") from None
         self.weights = None
         return self
 
@@ -353,24 +369,27 @@ class Session:
             raise GraphError("no package is loaded; call Session.load first")
         return self.package, self.executable
 
-    def initialize(self, weights: Mapping[str, np.ndarray] | None = None) -> None:
+    def initialize(
+        self, weights: Mapping[str, np.ndarray] | None = None, cast: bool = False
+    ) -> None:
         """The ``initialize`` host call: upload the weights (the package's, or ``weights``).
 
         Args:
             weights: arrays by weight binding name; they replace embedded weights of the same
                 name and are required for weights the package does not embed.
+            cast: convert arrays of another numeric dtype (else they are rejected).
 
         Raises:
-            GraphError: a weight has no data or the wrong shape.
+            GraphError: a weight has no data, the wrong shape or (without ``cast``) dtype.
         """
         package, _ = self._loaded()
         arrays = weight_arrays(package)
         for name, array in (weights or {}).items():
             arrays[name] = np.asarray(array)
-        self.weights = self._checked(arrays, "weight", "initialize")
+        self.weights = self._checked(arrays, "weight", "initialize", cast)
 
     def _checked(
-        self, arrays: Mapping[str, np.ndarray], role: str, call: str
+        self, arrays: Mapping[str, np.ndarray], role: str, call: str, cast: bool = False
     ) -> dict[str, np.ndarray]:
         package, _ = self._loaded()
         expected = {b["name"]: b for b in package.bindings(role)}
@@ -382,32 +401,36 @@ class Session:
         for name, b in expected.items():
             if name not in arrays:
                 raise GraphError(f"{call}: no data for {role} {name!r}")
-            array = np.asarray(arrays[name])
-            if array.size != int(np.prod(b["shape"])):
-                raise GraphError(
-                    f"{call}: {role} {name!r} expects shape {tuple(b['shape'])}, got {array.shape}"
-                )
-            if b["dtype"] == "i32":
-                array = host_int32(array, name, GraphError)
-            dtype = host_dtype(b["dtype"])
-            out[name] = array.astype(dtype, copy=False).reshape(b["shape"])
+            what = f"{call}: {role} {name!r}"
+            out[name] = check_array(what, arrays[name], host_dtype(b["dtype"]), b["shape"], cast)
         return out
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: Mapping[str, np.ndarray], cast: bool = False) -> dict[str, np.ndarray]:
         """The ``run`` host call: write the inputs, execute the program, read the outputs.
 
+        Inputs must have their binding's shape and host dtype exactly (``cast=True`` converts
+        other numeric dtypes).
+
         Raises:
-            GraphError: an input is missing, unknown or mis-shaped, or weights were not
-                uploaded.
-            SimulationError: the device rejected the program.
+            GraphError: an input is missing, unknown, mis-shaped or of another dtype, or
+                weights were not uploaded.
+            InconsistentPackageError: the device rejected the package's program (a
+                ``PackageError`` naming the file, and a ``SimulationError``).
         """
         package, exe = self._loaded()
         if self.weights is None:
             if package.bindings("weight"):
                 raise GraphError("run: call Session.initialize() first (weights not uploaded)")
             self.weights = {}
-        feeds = {**self.weights, **self._checked(inputs, "input", "run")}
-        result = self.device.run(exe.program, exe.placement, exe.schedules, feeds)
+        feeds = {**self.weights, **self._checked(inputs, "input", "run", cast)}
+        try:
+            result = self.device.run(exe.program, exe.placement, exe.schedules, feeds)
+        except (SimulationError, ScheduleError) as err:
+            # The package passed validation, so the program itself is inconsistent.
+            line = str(err).splitlines()[0]
+            raise InconsistentPackageError(
+                f"{self.source}: the package's program is inconsistent: {line}"
+            ) from None
         self.last_run = result
         self.profile = StepProfile(
             package.tiles,
