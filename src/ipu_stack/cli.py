@@ -12,6 +12,7 @@ from typing import NoReturn
 from ipu_stack.errors import GraphError, IpuStackError
 from ipu_stack.kernels import commands as kernel_commands
 from ipu_stack.package import commands as package_commands
+from ipu_stack.profile import commands as profile_commands
 from ipu_stack.target import ipu21
 from ipu_stack.trace import configure_logging
 
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_exchange_commands(sub)
     kernel_commands.add_commands(sub)
     package_commands.add_commands(sub)
+    profile_commands.add_commands(sub)
     return parser
 
 
@@ -235,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return kernel_commands.run(args)
         if args.command in package_commands.COMMANDS:
             return package_commands.run(args)
+        if args.command in profile_commands.COMMANDS:
+            return profile_commands.run(args)
         if args.command == "exchange-bench":
             return _exchange_bench(args)
         if args.command == "exchange-verify":

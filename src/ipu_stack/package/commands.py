@@ -90,6 +90,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs")
     run.add_argument("--output-dir", metavar="DIR", default=None, help="write NAME.npy per output")
     run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--profile", metavar="OUT.ipuprof", default=None,
+                     help="record the run's profile into this file")  # fmt: skip
     ins = sub.add_parser("package-inspect", help="describe a .ipuexe package")
     ins.add_argument("package", metavar="PKG.ipuexe")
     ins.add_argument("--bindings", action="store_true", help="list every binding")
@@ -188,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
                 )
             inputs[b["name"]] = rng.uniform(-1, 1, b["shape"]).astype(host_dtype(b["dtype"]))
     session.initialize()
-    outputs = session.run(inputs)
+    outputs = session.run(inputs, profile=args.profile or False)
     result = session.last_run
     assert result is not None and session.profile is not None
     clock = int(session.package.manifest.get("clock_hz", ipu21.CLOCK_HZ))
@@ -208,6 +210,7 @@ def _run(args: argparse.Namespace) -> int:
         "simulate_seconds": result.seconds,
         "step_cycles": result.step_cycles,
         "step_kinds": session.profile.kinds,
+        **({"profile": args.profile} if args.profile else {}),
         "outputs": [
             {
                 "name": name,
@@ -235,6 +238,8 @@ def _run(args: argparse.Namespace) -> int:
         f"{clock / 1e9:g} GHz (steps={len(result.step_cycles)}, "
         f"simulate_seconds={result.seconds:.2f})"
     )
+    if args.profile:
+        print(f"profile {args.profile}: {os.path.getsize(args.profile):,} bytes")
     return 0
 
 

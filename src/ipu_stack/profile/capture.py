@@ -103,9 +103,9 @@ class _KernelNames:
                 self.cache[key] = name
             return self.cache[key]
         if isinstance(call, MapCall):
-            return call.kind
+            return f"{call.kind}_{call.out.dtype}"
         if isinstance(call, AddCall):
-            return f"add_{call.precision.name}"
+            return f"reduce_add_{call.precision.name}"
         return "copy" if isinstance(call, CopyCall) else "fill"
 
 
