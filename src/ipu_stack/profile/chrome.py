@@ -57,7 +57,7 @@ def trace_events(profile: Profile, tiles_per_track: int = 1) -> dict[str, Any]:
             events.append({
                 "ph": "X", "name": kernels[kernel], "cat": KINDS[kind],
                 "pid": tile // group, "tid": tile,
-                "ts": round(start * us, 4), "dur": round((end - start) * us, 4),
+                "ts": _us(start, us), "dur": round(_us(end, us) - _us(start, us), 4),
                 "args": {"operation": operations[op], "phase": e, "cycles": end - start,
                          "calls": calls, "bytes": nbytes},
             })  # fmt: skip
@@ -69,6 +69,11 @@ def trace_events(profile: Profile, tiles_per_track: int = 1) -> dict[str, Any]:
         "otherData": {"cycles": profile.cycles, "clock_hz": profile.meta["clock_hz"],
                       "tiles": len(tiles), "tiles_per_track": tiles_per_track},
     }  # fmt: skip
+
+
+def _us(cycles: int, us_per_cycle: float) -> float:
+    """A cycle count in microseconds, rounded so that adjacent slices meet exactly."""
+    return round(cycles * us_per_cycle, 4)
 
 
 def _grouped(
@@ -88,8 +93,8 @@ def _grouped(
         start, end = int(execs[e, 2]), int(execs[e, 3])
         events.append({
             "ph": "X", "name": kernels[int(np.argmax(by_kernel))], "cat": "step",
-            "pid": t // group, "tid": t, "ts": round(start * us, 4),
-            "dur": round(max(end - start, 1) * us, 4),
+            "pid": t // group, "tid": t, "ts": _us(start, us),
+            "dur": round(_us(end, us) - _us(start, us), 4),
             "args": {"phase": e, "busy_tile_cycles": int(length[rows].sum()),
                      "busy_tiles": int(np.unique(seg[rows, 0]).size)},
         })  # fmt: skip
