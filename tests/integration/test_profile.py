@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -241,7 +242,7 @@ def _trace_processor():
     return tp, binary or str(cached[0])
 
 
-def test_chrome_trace_structure_and_trace_processor(profiled, tmp_path):
+def test_chrome_trace_structure(profiled, tmp_path):
     out, *_ = profiled
     profile = profile_format.load(out / "mlp2.ipuprof")
     busy = int((profile.column("segments", "kind") != 3).sum())
@@ -255,16 +256,101 @@ def test_chrome_trace_structure_and_trace_processor(profiled, tmp_path):
     same[1]["ts"] = same[0]["ts"]  # the structural check catches overlapping slices
     with pytest.raises(AssertionError):
         check_chrome_trace(broken)
+
+
+def test_trace_processor_counts_the_slices(profiled, tmp_path):
+    out, *_ = profiled
+    profile = profile_format.load(out / "mlp2.ipuprof")
+    busy = int((profile.column("segments", "kind") != 3).sum())
     path = tmp_path / "trace.json"
-    path.write_text(json.dumps(trace))
+    path.write_text(json.dumps(trace_events(profile)))
     tp, binary = _trace_processor()
     if binary is None:
         pytest.skip(
             "perfetto's trace_processor_shell binary is not available (the perfetto package "
-            "downloads it on first use; set IPU_STACK_TRACE_PROCESSOR to a binary); the trace "
-            "was checked structurally"
+            "downloads it on first use, and no registry ships it; set IPU_STACK_TRACE_PROCESSOR "
+            "to a binary); test_chrome_trace_structure checks the trace without it"
         )
     config = tp.TraceProcessorConfig(bin_path=binary)
     with tp.TraceProcessor(trace=str(path), config=config) as processor:
         count = processor.query("select count(*) as n from slice").as_pandas_dataframe()["n"][0]
     assert int(count) == busy
+
+
+# -- the HTML report in a real browser ----------------------------------------------------------
+BROWSER_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1400,1000", "--virtual-time-budget=20000", "--enable-logging=stderr", "--v=0",
+)  # fmt: skip
+COMPUTE_RGB = (0x3B, 0x6F, 0xB6)  # the page's compute colour
+EXCHANGE_RGB = (0xE8, 0x81, 0x2A)
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("chromium is not installed (.ci/run installs Debian's chromium when root)")
+
+
+def browse(page: Path, tmp: Path, *mode: str) -> subprocess.CompletedProcess[str]:
+    """Open ``page`` in headless Chromium with a fresh profile directory."""
+    profile_dir = tmp / f"chromium-{len(list(tmp.iterdir()))}"
+    profile_dir.mkdir()
+    return subprocess.run(
+        [_chromium(), *BROWSER_FLAGS, f"--user-data-dir={profile_dir}", *mode, page.as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def read_png(path: Path) -> np.ndarray:
+    """A screenshot as an RGB array [rows, cols, 3]."""
+    image = pytest.importorskip("PIL.Image", reason="Pillow is not installed")
+    with image.open(path) as shot:
+        return np.asarray(shot.convert("RGB"))
+
+
+def _console_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines()
+            if "CONSOLE" in line and ("rror" in line or "Uncaught" in line)]  # fmt: skip
+
+
+def test_report_opens_in_chromium_without_errors_and_draws_the_timeline(profiled, tmp_path, capsys):
+    _chromium()
+    out, *_ = profiled
+    page = tmp_path / "report.html"
+    code, stdout, stderr = main(
+        capsys, "profile-render", str(out / "mlp2.ipuprof"), "-o", str(page)
+    )
+    assert code == 0 and "self-contained" in stdout, stderr
+    text = page.read_text()
+    assert "<script src" not in text and "<link" not in text and "http://" not in text
+    dom = browse(page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-status="ready"' in dom.stdout and 'data-errors="0"' in dom.stdout, dom.stdout[:500]
+    assert "<td>Gemm_5/gemm</td>" in dom.stdout  # the per-operation table
+    assert not _console_errors(dom.stderr), _console_errors(dom.stderr)
+    shot = tmp_path / "report.png"
+    done = browse(page, tmp_path, f"--screenshot={shot}")
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+    assert not _console_errors(done.stderr)
+    pixels = read_png(shot)
+    timeline = pixels[100:560, 90:1350]  # the canvas, below the 56-px header and the buttons
+    compute = (timeline == COMPUTE_RGB).all(axis=2).mean()
+    exchange = (timeline == EXCHANGE_RGB).all(axis=2).mean()
+    assert compute > 0.2 and exchange > 0.01, (compute, exchange)
+    assert len(np.unique(timeline.reshape(-1, 3), axis=0)) > 3  # not blank, not one colour
+
+
+def test_browser_check_catches_a_broken_page(profiled, tmp_path):
+    _chromium()
+    out, *_ = profiled
+    from ipu_stack.profile.render import render_html
+
+    html = render_html(profile_format.load(out / "mlp2.ipuprof"))
+    page = tmp_path / "broken.html"
+    page.write_text(html.replace("ctx.fillRect(xa, y,", "ctx.fillRectangle(xa, y,"))
+    dom = browse(page, tmp_path, "--dump-dom")
+    assert 'data-status="ready"' not in dom.stdout and 'data-errors="0"' not in dom.stdout
