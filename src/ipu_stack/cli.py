@@ -231,7 +231,7 @@ def _onnx(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ipu-stack`` console script."""
     args = build_parser().parse_args(argv)
-    configure_logging(verbose=not getattr(args, "json", False))
+    configure_logging(verbose=getattr(args, "verbose", True) and not getattr(args, "json", False))
     try:
         if args.command in kernel_commands.COMMANDS:
             return kernel_commands.run(args)

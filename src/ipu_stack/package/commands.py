@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 
 from ipu_stack.errors import GraphError
 from ipu_stack.target import ipu21
+from ipu_stack.trace import Trace
 
 COMMANDS = ("compile", "run", "package-inspect")
 
@@ -42,8 +44,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     comp = sub.add_parser(
         "compile",
         help="compile an ONNX model into a .ipuexe package",
-        description="Prints the build trace (every phase with elapsed_ms and success), then "
-        "a summary of the package written.",
+        description="Prints a plain summary of the build and the package written; --verbose "
+        "prints the build trace (every phase with elapsed_ms and success) first.",
     )
     comp.add_argument("model", metavar="MODEL.onnx")
     comp.add_argument("-o", "--output", required=True, metavar="OUT.ipuexe")
@@ -74,6 +76,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="write every exchange phase of the build as a snapshot JSON file",
     )
     comp.add_argument("--json", action="store_true", help="print one JSON object")
+    comp.add_argument("--verbose", action="store_true",
+                      help="print the build trace (key=value events) first")  # fmt: skip
     run = sub.add_parser("run", help="run a .ipuexe package on the simulator")
     run.add_argument("package", metavar="PKG.ipuexe")
     run.add_argument(
@@ -127,16 +131,22 @@ def _compile(args: argparse.Namespace) -> int:
     from ipu_stack.graph.onnx_import import import_onnx
     from ipu_stack.package.assemble import assemble_package, report_json
     from ipu_stack.package.build import BuildConfig, build
-    from ipu_stack.trace import Trace
+    from ipu_stack.package.summary import compile_summary
+    from ipu_stack.progress import ProgressTrace, enabled
 
-    trace = Trace()
+    started = time.perf_counter()
+    trace = ProgressTrace() if enabled() and not args.json else Trace()
     graph, onnx_bindings = import_onnx(_load_onnx(args.model, args.precision))
     config = BuildConfig(tiles=args.tiles)
     if args.finalists is not None:
         config.finalists = args.finalists
     if args.exchange_budget is not None:
         config.exchange_time_budget = args.exchange_budget
-    built = build(graph, config, trace)
+    try:
+        built = build(graph, config, trace)
+    finally:
+        if isinstance(trace, ProgressTrace):
+            trace.close()
     if args.export_exchange_snapshot is not None:
         from ipu_stack.exchange.snapshot import write_snapshot
 
@@ -159,6 +169,9 @@ def _compile(args: argparse.Namespace) -> int:
         f"{summary['steps']['exchange']} exchange steps, "
         f"{summary['weight_bytes']} weight bytes"
     )
+    wall = time.perf_counter() - started
+    print("\n".join(compile_summary(args.model, built, package, args.output, size, wall,
+                                    args.tiles)))  # fmt: skip
     print(f"estimated_cycles={summary['estimated_cycles']}")
     return 0
 
@@ -190,7 +203,15 @@ def _run(args: argparse.Namespace) -> int:
                 )
             inputs[b["name"]] = rng.uniform(-1, 1, b["shape"]).astype(host_dtype(b["dtype"]))
     session.initialize()
-    outputs = session.run(inputs, profile=args.profile or False)
+    from ipu_stack.progress import SimulationProgress, enabled
+
+    assert session.executable is not None
+    bar = SimulationProgress(session.executable.program) if enabled() and not args.json else None
+    try:
+        outputs = session.run(inputs, profile=args.profile or False, observer=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     result = session.last_run
     assert result is not None and session.profile is not None
     clock = int(session.package.manifest.get("clock_hz", ipu21.CLOCK_HZ))
