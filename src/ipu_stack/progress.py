@@ -59,7 +59,7 @@ class ProgressTrace(Trace):
         elif message == "finished large physical exchange phase" and "schedule" in bars:
             bars["schedule"].update(1)
         elif message == "package build phase finished":
-            done = {"select_finalist": ("finalists", "schedule")}.get(fields.get("phase"), ())
+            done = ("finalists", "schedule") if fields.get("phase") == "select_finalist" else ()
             for name in done:
                 if name in bars:
                     bars.pop(name).close()

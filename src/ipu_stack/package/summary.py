@@ -56,7 +56,7 @@ def compile_summary(
 ) -> list[str]:
     """Lines of the summary: model, tiles, plan per operation, cycles, memory, size, times."""
     graph, program = built.graph, built.program
-    kinds = defaultdict(int)
+    kinds: dict[str, int] = defaultdict(int)
     for op in graph.operations:
         kinds[op.kind] += 1
     ops = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(kinds.items()))
@@ -72,9 +72,9 @@ def compile_summary(
             lines.append("  " + _plan_line(op.name, plan))
             continue
         mine = [v for k, v in runs.items() if k == op.name or k.startswith(op.name + "/")]
-        tiles = set().union(*(t for t, _ in mine)) if mine else set()
+        used: set[int] = set().union(*(t for t, _ in mine)) if mine else set()
         calls = sorted(set().union(*(c for _, c in mine))) if mine else []
-        where = (f"on {len(tiles):,} tiles ({', '.join(calls)} calls)" if tiles
+        where = (f"on {len(used):,} tiles ({', '.join(calls)} calls)" if used
                  else "no calls of its own (fused into a neighbour, or a view)")  # fmt: skip
         lines.append(f"  {op.name}: {op.kind} {where}")
     est, xch = program.estimated_cycles, program.estimated_exchange_cycles

@@ -198,12 +198,10 @@ def _concat(blocks: list[np.ndarray], name: str) -> np.ndarray:
     return np.concatenate(blocks).astype(np.int64).reshape(-1, width)
 
 
-def _rows(tile, execution, start, end, kind, op, kernel, calls, nbytes, phase) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """Segment rows from columns (scalars broadcast); drops empty segments."""
-    cols = np.broadcast_arrays(
-        *(np.asarray(c, dtype=np.int64) for c in
-          (tile, execution, start, end, kind, op, kernel, calls, nbytes, phase))
-    )  # fmt: skip
+def _rows(*columns: Any) -> np.ndarray:
+    """Segment rows from the columns of :data:`TABLE_COLUMNS` ``segments`` (scalars
+    broadcast); drops empty segments."""
+    cols = np.broadcast_arrays(*(np.asarray(c, dtype=np.int64) for c in columns))
     rows = np.stack(cols, axis=1)
     return rows[rows[:, 3] > rows[:, 2]]
 

@@ -435,7 +435,7 @@ class Session:
             from ipu_stack.profile.capture import capture
 
             self.last_profile = capture(package, exe.schedules, recorder, result.cycles)
-            if profile is not True:
+            if not isinstance(profile, bool):
                 profile_format.save(self.last_profile, profile)
         self.profile = StepProfile(
             package.tiles,
