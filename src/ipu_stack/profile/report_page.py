@@ -25,7 +25,7 @@ canvas.small{border:1px solid #ccc}
 </style></head>
 <body data-status="loading" data-errors="0">
 <header><h1 id="title">ipu-stack profile</h1><p id="subtitle"></p></header>
-<section>
+<section id="timeline-section">
 <div class="bar"><button id="reset">reset zoom</button><button id="zin">zoom in</button>
 <button id="zout">zoom out</button> colour by <select id="colour">
 <option value="kind">kind</option><option value="kernel">kernel</option>
@@ -34,12 +34,12 @@ canvas.small{border:1px solid #ccc}
 <canvas id="timeline"></canvas>
 <div id="legend"></div><div id="errors"></div>
 </section>
-<section><h2>Exchange phases: scheduled horizon against lower bound</h2>
+<section id="phases-section"><h2>Exchange phases: scheduled horizon against lower bound</h2>
 <canvas id="phases" class="small" width="900" height="220"></canvas>
 <div id="barriers"></div></section>
-<section><h2>Tile memory at each tile's peak step</h2>
+<section id="memory"><h2>Tile memory at each tile's peak step</h2>
 <div class="cols" id="heat"></div></section>
-<section class="cols"><div><h2>By operation</h2><div id="t_operation"></div></div>
+<section id="tables" class="cols"><div><h2>By operation</h2><div id="t_operation"></div></div>
 <div><h2>By kernel</h2><div id="t_kernel"></div></div>
 <div><h2>By kind</h2><div id="t_kind"></div></div></section>
 <div id="tip"></div>
@@ -75,6 +75,8 @@ function table(el, rows) {
 function esc(s) { return String(s).replace(/[&<>]/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;"})[c]); }
 
 async function main() {
+  const only = location.hash.slice(1);  // e.g. #memory: show that section alone
+  if (only) for (const s of document.querySelectorAll("section")) if (s.id !== only) s.style.display = "none";
   const m = DATA.meta, n = DATA.count, tiles = m.tiles.length;
   const us = c => (c / m.clock_hz * 1e6).toFixed(3) + " us";
   document.getElementById("subtitle").textContent =
@@ -234,7 +236,10 @@ function heat() {
   const box = document.getElementById("heat"), tip = document.getElementById("tip");
   ["standard", "interleaved"].forEach((region, r) => {
     const div = document.createElement("div"), cap = M.capacity[r];
-    div.innerHTML = `<b>${region}</b> region (of ${fmt(cap)} bytes per tile)<br>`;
+    const v0 = M[region], top = v0.reduce((a, b, i) => (b > v0[a] ? i : a), 0);
+    const mean = v0.reduce((a, b) => a + b, 0) / n;
+    div.innerHTML = `<b>${region}</b> region (${fmt(cap)} bytes per tile): most ` +
+      `${fmt(v0[top])} B (tile ${tiles[top]}), mean ${fmt(Math.round(mean))} B<br>`;
     const cv = document.createElement("canvas"); cv.className = "small";
     cv.width = cols * cell; cv.height = rows * cell; div.appendChild(cv); box.appendChild(div);
     const ctx = cv.getContext("2d"), v = M[region];
@@ -252,7 +257,8 @@ function heat() {
     cv.addEventListener("mouseleave", () => { tip.style.display = "none"; });
   });
   const scale = document.createElement("div");
-  scale.innerHTML = "colour: share of the region in use, light blue (little) to red (full); grey: none";
+  const stops = [0, 0.25, 0.5, 0.75, 1].map(f => `hsl(${Math.round(220 - 220 * f)},75%,${Math.round(70 - 25 * f)}%)`);
+  scale.innerHTML = `share of the region in use: 0% <span style="display:inline-block;width:160px;height:10px;background:linear-gradient(90deg,${stops.join(",")})"></span> 100%; grey: nothing; tiles in logical order, row by row`;
   box.appendChild(scale);
 }
 main().catch(e => fail("report: " + e));
