@@ -23,6 +23,7 @@ from ipu_stack.cli_types import shape as _shape
 from ipu_stack.errors import GraphError, IpuStackError
 from ipu_stack.kernels import commands as kernel_commands
 from ipu_stack.package import commands as package_commands
+from ipu_stack.profile import commands as profile_commands
 from ipu_stack.target import ipu21
 from ipu_stack.trace import configure_logging
 
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_exchange_commands(sub)
     kernel_commands.add_commands(sub)
     package_commands.add_commands(sub)
+    profile_commands.add_commands(sub)
     return parser
 
 
@@ -243,12 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(verbose=not getattr(args, "json", False))
+    configure_logging(verbose=getattr(args, "verbose", True) and not getattr(args, "json", False))
     try:
         if args.command in kernel_commands.COMMANDS:
             return kernel_commands.run(args)
         if args.command in package_commands.COMMANDS:
             return package_commands.run(args)
+        if args.command in profile_commands.COMMANDS:
+            return profile_commands.run(args)
         if args.command == "exchange-bench":
             return _exchange_bench(args)
         if args.command == "exchange-verify":

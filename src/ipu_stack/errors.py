@@ -63,3 +63,9 @@ class ToolError(IpuStackError):
         self.status = status
         self.stderr = stderr
         self.repro = repro
+
+
+class ProfileError(IpuStackError):
+    """A profile (``.ipuprof``) file is missing, malformed, corrupt or of another version."""
+
+    exit_code = 2

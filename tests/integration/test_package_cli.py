@@ -26,10 +26,10 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """mlp2 compiled twice by the CLI (text output, then --json)."""
+    """mlp2 compiled twice by the CLI (text output with the trace, then --json)."""
     out = tmp_path_factory.mktemp("compiled")
     first = cli("compile", str(EXAMPLES / "mlp2.onnx"), "-o", str(out / "a.ipuexe"),
-                "--tiles", TILES)  # fmt: skip
+                "--tiles", TILES, "--verbose")  # fmt: skip
     second = cli("compile", str(EXAMPLES / "mlp2.onnx"), "-o", str(out / "b.ipuexe"),
                  "--tiles", TILES, "--json")  # fmt: skip
     return out, first, second
@@ -165,7 +165,8 @@ def test_exchange_budget_option(tmp_path):
     # Budget 0: only the constructive schedulers run (no improvement, no preemption); at
     # 1,472 tiles mlp2's phases are large enough (> 1,000 transfers) to be logged.
     out = tmp_path / "zero.ipuexe"
-    proc = cli("compile", str(EXAMPLES / "mlp2.onnx"), "-o", str(out), "--exchange-budget", "0")
+    proc = cli("compile", str(EXAMPLES / "mlp2.onnx"), "-o", str(out), "--exchange-budget", "0",
+               "--verbose")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     kinds = re.findall(r'optimized physical exchange schedule .*selected_kind="([a-z-]+)"',
                        proc.stdout + proc.stderr)  # fmt: skip

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import time
 from collections import Counter
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 from ipu_stack.cli_types import bounded_int, named_shape, output_dir, output_file, seed
 from ipu_stack.errors import GraphError
 from ipu_stack.target import ipu21
+from ipu_stack.trace import Trace
 
 COMMANDS = ("compile", "run", "package-inspect")
 
@@ -42,8 +44,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     comp = sub.add_parser(
         "compile",
         help="compile an ONNX model into a .ipuexe package",
-        description="Prints the build trace (every phase with elapsed_ms and success), then "
-        "a summary of the package written.",
+        description="Prints a plain summary of the build and the package written; --verbose "
+        "prints the build trace (every phase with elapsed_ms and success) first.",
     )
     comp.add_argument("model", metavar="MODEL.onnx")
     comp.add_argument("-o", "--output", required=True, metavar="OUT.ipuexe", type=output_file)
@@ -83,6 +85,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="write every exchange phase of the build as a snapshot JSON file",
     )
     comp.add_argument("--json", action="store_true", help="print one JSON object")
+    comp.add_argument("--verbose", action="store_true",
+                      help="print the build trace (key=value events) first")  # fmt: skip
     run = sub.add_parser("run", help="run a .ipuexe package on the simulator")
     run.add_argument("package", metavar="PKG.ipuexe")
     run.add_argument(
@@ -107,6 +111,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="write NAME.npy per output",
     )  # fmt: skip
     run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--profile", metavar="OUT.ipuprof", default=None, type=output_file,
+                     help="record the run's profile into this file")  # fmt: skip
     ins = sub.add_parser("package-inspect", help="describe a .ipuexe package")
     ins.add_argument("package", metavar="PKG.ipuexe")
     ins.add_argument("--bindings", action="store_true", help="list every binding")
@@ -150,9 +156,11 @@ def _compile(args: argparse.Namespace) -> int:
     from ipu_stack.graph.onnx_import import import_onnx
     from ipu_stack.package.assemble import assemble_package, report_json
     from ipu_stack.package.build import BuildConfig, build
-    from ipu_stack.trace import Trace
+    from ipu_stack.package.summary import compile_summary
+    from ipu_stack.progress import ProgressTrace, enabled
 
-    trace = Trace()
+    started = time.perf_counter()
+    trace = ProgressTrace() if enabled() and not args.json else Trace()
     shapes = dict(args.input_shape)
     proto = _load_onnx(args.model, args.precision, shapes)
     graph, onnx_bindings = import_onnx(proto, input_shapes=shapes)
@@ -161,7 +169,11 @@ def _compile(args: argparse.Namespace) -> int:
         config.finalists = args.finalists
     if args.exchange_budget is not None:
         config.exchange_time_budget = args.exchange_budget
-    built = build(graph, config, trace)
+    try:
+        built = build(graph, config, trace)
+    finally:
+        if isinstance(trace, ProgressTrace):
+            trace.close()
     if args.export_exchange_snapshot is not None:
         from ipu_stack.exchange.snapshot import write_snapshot
 
@@ -184,6 +196,9 @@ def _compile(args: argparse.Namespace) -> int:
         f"{summary['steps']['exchange']} exchange steps, "
         f"{summary['weight_bytes']} weight bytes"
     )
+    wall = time.perf_counter() - started
+    print("\n".join(compile_summary(args.model, built, package, args.output, size, wall,
+                                    args.tiles)))  # fmt: skip
     print(f"estimated_cycles={summary['estimated_cycles']}")
     return 0
 
@@ -218,7 +233,15 @@ def _run(args: argparse.Namespace) -> int:
                 )
             inputs[name] = rng.uniform(-1, 1, b["shape"]).astype(host_dtype(b["dtype"]))
     session.initialize()
-    outputs = session.run(inputs)
+    from ipu_stack.progress import SimulationProgress, enabled
+
+    assert session.executable is not None
+    bar = SimulationProgress(session.executable.program) if enabled() and not args.json else None
+    try:
+        outputs = session.run(inputs, profile=args.profile or False, observer=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     result = session.last_run
     assert result is not None and session.profile is not None
     clock = int(session.package.manifest.get("clock_hz", ipu21.CLOCK_HZ))
@@ -240,6 +263,7 @@ def _run(args: argparse.Namespace) -> int:
         "simulate_seconds": result.seconds,
         "step_cycles": result.step_cycles,
         "step_kinds": session.profile.kinds,
+        **({"profile": args.profile} if args.profile else {}),
         "outputs": [
             {
                 "name": name,
@@ -267,6 +291,8 @@ def _run(args: argparse.Namespace) -> int:
         f"{clock / 1e9:g} GHz (steps={len(result.step_cycles)}, "
         f"simulate_seconds={result.seconds:.2f})"
     )
+    if args.profile:
+        print(f"profile {args.profile}: {os.path.getsize(args.profile):,} bytes")
     return 0
 
 

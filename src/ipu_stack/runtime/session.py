@@ -15,7 +15,7 @@ import bisect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,8 +58,11 @@ from ipu_stack.package.format import Package, element_bytes, flat_rows
 from ipu_stack.package.validate import validate
 from ipu_stack.place.assign import Allocation, Placement
 from ipu_stack.runtime.npy_input import check_array
-from ipu_stack.runtime.sim import RunResult, SimDevice
+from ipu_stack.runtime.sim import RunResult, SimDevice, StepObserver
 from ipu_stack.target import ipu21
+
+if TYPE_CHECKING:
+    from ipu_stack.profile.model import Profile
 
 PRECISION_BY_NAME = {p.name: p for p in (ipu21.F16, ipu21.F32, ipu21.F8)}
 
@@ -338,6 +341,8 @@ class Session:
     last_run: RunResult | None = None
     profile: StepProfile | None = None
     source: str = "<package>"
+    #: the last run's full profile when ``run(..., profile=...)`` asked for one
+    last_profile: Profile | None = None
 
     def load(self, package: Package | str | os.PathLike[str]) -> Session:
         """Validate and load a package (or a package file); returns the session.
@@ -405,11 +410,24 @@ class Session:
             out[name] = check_array(what, arrays[name], host_dtype(b["dtype"]), b["shape"], cast)
         return out
 
-    def run(self, inputs: Mapping[str, np.ndarray], cast: bool = False) -> dict[str, np.ndarray]:
+    def run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        cast: bool = False,
+        profile: bool | str | os.PathLike[str] = False,
+        observer: StepObserver | None = None,
+    ) -> dict[str, np.ndarray]:
         """The ``run`` host call: write the inputs, execute the program, read the outputs.
 
         Inputs must have their binding's shape and host dtype exactly (``cast=True`` converts
         other numeric dtypes).
+
+        Args:
+            inputs: arrays by input binding name.
+            cast: convert inputs of another numeric dtype instead of rejecting them.
+            profile: capture the run's profile into :attr:`last_profile`
+                (:mod:`ipu_stack.profile`); a path also writes it there as ``.ipuprof``.
+            observer: also told about every executed step (e.g. a progress bar).
 
         Raises:
             GraphError: an input is missing, unknown, mis-shaped or of another dtype, or
@@ -423,8 +441,16 @@ class Session:
                 raise GraphError("run: call Session.initialize() first (weights not uploaded)")
             self.weights = {}
         feeds = {**self.weights, **self._checked(inputs, "input", "run", cast)}
+        recorder = None
+        if profile is not False:
+            from ipu_stack.profile.capture import Recorder
+
+            recorder = Recorder()
+        observers = [o for o in (recorder, observer) if o is not None]
         try:
-            result = self.device.run(exe.program, exe.placement, exe.schedules, feeds)
+            result = self.device.run(
+                exe.program, exe.placement, exe.schedules, feeds, _fan_out(observers)
+            )
         except (SimulationError, ScheduleError) as err:
             # The package passed validation, so the program itself is inconsistent.
             line = str(err).splitlines()[0]
@@ -432,9 +458,33 @@ class Session:
                 f"{self.source}: the package's program is inconsistent: {line}"
             ) from None
         self.last_run = result
+        if recorder is not None:
+            from ipu_stack.profile import format as profile_format
+            from ipu_stack.profile.capture import capture
+
+            self.last_profile = capture(package, exe.schedules, recorder, result.cycles)
+            if not isinstance(profile, bool):
+                profile_format.save(self.last_profile, profile)
         self.profile = StepProfile(
             package.tiles,
             [s["kind"] for s in package.manifest["program"]["steps"]],
             result.step_end_cycles,
         )
         return dict(result.outputs)
+
+
+class _Observers:
+    """Several step observers as one."""
+
+    def __init__(self, observers: list[StepObserver]) -> None:
+        self.observers = observers
+
+    def step(self, index: int, step: Step, start: np.ndarray, end: np.ndarray) -> None:
+        for observer in self.observers:
+            observer.step(index, step, start, end)
+
+
+def _fan_out(observers: list[StepObserver]) -> StepObserver | None:
+    if not observers:
+        return None
+    return observers[0] if len(observers) == 1 else _Observers(observers)

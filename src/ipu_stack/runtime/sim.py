@@ -25,6 +25,7 @@ import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from ipu_stack.low.program import (
     Ref,
     RepeatStep,
     Shard,
+    Step,
     View,
 )
 from ipu_stack.place.assign import Placement
@@ -67,6 +69,17 @@ class RunResult:
     seconds: float
     #: ``[step, tile]``: each tile's clock when the step ends (the per-step profile record)
     step_end_cycles: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+
+
+class StepObserver(Protocol):
+    """Told about each executed step: the one place runs are recorded (profiles, progress).
+
+    ``start`` and ``end`` are every tile's clock before and after the step (a loop body's
+    steps are reported once per iteration). An exchange step starts at ``start.max()``: its
+    sync takes ``SYNC_CYCLES``, then the schedule's horizon.
+    """
+
+    def step(self, index: int, step: Step, start: np.ndarray, end: np.ndarray) -> None: ...
 
 
 class SimDevice:
@@ -224,6 +237,7 @@ class SimDevice:
         placement: Placement,
         schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
         feeds: dict[str, np.ndarray],
+        observer: StepObserver | None = None,
     ) -> RunResult:
         """Execute ``program``: host writes, every step in order, host reads.
 
@@ -232,6 +246,8 @@ class SimDevice:
             placement: its buffer addresses.
             schedules: for each exchange step index, its physical phase and schedule.
             feeds: arrays for every host input and parameter, by name.
+            observer: told about every executed step (profiles, progress), see
+                :class:`StepObserver`.
 
         Raises:
             SimulationError: on anything the hardware would not do (see module docstring).
@@ -266,6 +282,7 @@ class SimDevice:
         def execute(index: int) -> None:
             step = program.steps[index]
             before = int(clock.max())
+            start_clock = clock.copy() if observer is not None else clock
             if isinstance(step, ComputeStep):
                 self._compute(mem, placement, step.calls, index, clock)
             elif isinstance(step, ExchangeStep):
@@ -274,6 +291,8 @@ class SimDevice:
                 clock[:] = before + ipu21.SYNC_CYCLES + schedule.horizon
             step_cycles[index] += int(clock.max()) - before
             step_end_cycles[index] = clock
+            if observer is not None:
+                observer.step(index, step, start_clock, clock.copy())
 
         index = 0
         while index < len(program.steps):

@@ -1,0 +1,100 @@
+"""Progress bars on a terminal (tqdm on stderr), and nothing at all when output is piped.
+
+Bars are shown when stderr is a terminal, or when ``IPU_STACK_PROGRESS=1``;
+``IPU_STACK_PROGRESS=0`` turns them off. The build's bars follow its trace events
+(:class:`ProgressTrace`): finalists evaluated (``scheduled operator-plan finalist`` of the
+``retained`` ones) and large exchange phases scheduled; the simulator's bar follows its
+steps (:class:`SimulationProgress`, a step observer).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.low.program import LowProgram, RepeatStep, Step
+from ipu_stack.trace import Trace
+
+
+def enabled() -> bool:
+    """Whether to draw progress bars (see the module docstring)."""
+    setting = os.environ.get("IPU_STACK_PROGRESS", "")
+    if setting in ("0", "1"):
+        return setting == "1"
+    return sys.stderr.isatty()
+
+
+def _bar(total: int | None, desc: str, unit: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
+                dynamic_ncols=True)  # fmt: skip
+
+
+@dataclass(slots=True)
+class ProgressTrace(Trace):
+    """A build trace that also drives progress bars from its events."""
+
+    finalists: int = 0
+    bars: dict[str, Any] | None = None
+
+    def event(self, message: str, **fields: Any) -> None:
+        """Record (and log) the event, then advance the matching bar."""
+        Trace.event(self, message, **fields)
+        bars = self.bars if self.bars is not None else {}
+        self.bars = bars
+        if message == "retained operator-plan finalist":
+            self.finalists += 1
+        elif message == "scheduled operator-plan finalist":
+            if "finalists" not in bars:
+                bars["finalists"] = _bar(self.finalists or None, "evaluating finalists", "plan")
+            bars["finalists"].update(1)
+        elif message == "prepared large physical exchange phase":
+            if "schedule" not in bars:
+                bars["schedule"] = _bar(None, "scheduling large exchange phases", "phase")
+        elif message == "finished large physical exchange phase" and "schedule" in bars:
+            bars["schedule"].update(1)
+        elif message == "package build phase finished":
+            done = ("finalists", "schedule") if fields.get("phase") == "select_finalist" else ()
+            for name in done:
+                if name in bars:
+                    bars.pop(name).close()
+
+    def close(self) -> None:
+        """Remove any bar still open."""
+        for bar in (self.bars or {}).values():
+            bar.close()
+        self.bars = {}
+
+
+def executed_steps(program: LowProgram) -> int:
+    """Steps the simulator executes (a loop body once per iteration)."""
+    total, index, steps = 0, 0, program.steps
+    while index < len(steps):
+        step = steps[index]
+        if isinstance(step, RepeatStep):
+            total += step.count * step.length
+            index += 1 + step.length
+        else:
+            total += 1
+            index += 1
+    return total
+
+
+class SimulationProgress:
+    """A step observer showing the simulation's progress (steps executed)."""
+
+    def __init__(self, program: LowProgram) -> None:
+        self.bar = _bar(executed_steps(program), "simulating", "step")
+
+    def step(self, index: int, step: Step, start: np.ndarray, end: np.ndarray) -> None:
+        """Advance by one executed step."""
+        self.bar.update(1)
+
+    def close(self) -> None:
+        """Remove the bar."""
+        self.bar.close()
