@@ -330,6 +330,9 @@ class Session:
     weights: dict[str, np.ndarray] | None = None
     last_run: RunResult | None = None
     profile: StepProfile | None = None
+    #: ``"images"``: execute the tile images (the default); ``"description"``: the package's
+    #: step description (debug metadata, the pre-tile-code path)
+    execution: str = "images"
 
     def load(self, package: Package | str | os.PathLike[str]) -> Session:
         """Validate and load a package (or a package file); returns the session.
@@ -404,7 +407,13 @@ class Session:
                 raise GraphError("run: call Session.initialize() first (weights not uploaded)")
             self.weights = {}
         feeds = {**self.weights, **self._checked(inputs, "input", "run")}
-        result = self.device.run(exe.program, exe.placement, exe.schedules, feeds)
+        if self.execution == "images":
+            from ipu_stack.runtime.image_run import run_images
+
+            resolver = _Resolver(package)
+            result = run_images(self.device, package, exe, feeds, resolver, _call)
+        else:
+            result = self.device.run(exe.program, exe.placement, exe.schedules, feeds)
         self.last_run = result
         self.profile = StepProfile(
             package.tiles,

@@ -1,0 +1,157 @@
+"""``lower_exchanges``: a scheduled exchange phase -> per-tile timed rows of encoded words.
+
+Sending side: for every piece, a ``send`` at the piece's cycle (chunks of at most 64 items,
+facts §8.5; ``sctl`` = the fabric direction bits of its destinations (facts §8.4, 3 for both),
+plus 4 for 64-bit paired items). Receiving side: for every window in which words arrive (the
+piece's send cycle plus the pair's latency, ``target.topology.exchange_latency``, the model
+the scheduler used), a PIC pointer write (and a format write when the item width changes) in
+the cycles before it, a ``delayxpic`` selecting the source at its first cycle and one
+selecting no source at its end (unless the next window starts there). Gaps are ``delay``s;
+a gap longer than a control's event field (``delaypic`` 128, ``delayxpic`` 4096) becomes a
+``delay`` (at most 0x80000 events each) plus the control. Rows begin ``ROW_LEAD`` cycles
+before the schedule's cycle 0 so a window at cycle 0 can have its pointer set.
+
+A phase that cannot be encoded (a receive window overlapping another on one tile, or no free
+cycle for a tile's control writes) raises :class:`EncodeError` naming the tile and cycles;
+nothing is encoded wrongly.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu_stack.exchange.model import PAIRED64, ExchangePhase, PhaseSchedule
+from ipu_stack.target import topology
+from ipu_stack.target.ipu21 import WORD_BYTES
+from ipu_stack.tilecode.encode import EncodeError, delay_words, encode
+from ipu_stack.tilecode.isa_table import (
+    LINK_REGISTER,
+    MUX_NONE,
+    PIC_FORMAT,
+    PIC_POINTER,
+    SCTL_PAIRED,
+)
+
+ROW_LEAD = 2  # row cycles before the schedule's cycle 0 (assumed, see module docstring)
+SEND_ITEMS_MAX = 64  # facts §8.5: a send covers at most 64 words (items)
+PIC_EVENTS_MAX = 1 << 7  # facts §9.1: 7-bit events - 1
+XPIC_EVENTS_MAX = 1 << 12  # facts §9.1: 12-bit events - 1
+_CONTROL, _SEND = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Cycles ``[start, end)`` in which a tile receives from ``source`` at ``pointer``."""
+
+    start: int
+    end: int
+    source: int
+    pointer: int  # word address
+    paired: bool
+
+
+def _events(
+    phase: ExchangePhase, schedule: PhaseSchedule
+) -> tuple[dict[int, list[tuple[int, int, int, int]]], dict[int, list[Window]]]:
+    """Send events ``(cycle, items, word address, sctl)`` and receive windows, per tile."""
+    sends: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
+    windows: dict[int, list[Window]] = defaultdict(list)
+    for transfer, pieces in zip(phase.transfers, schedule.pieces, strict=True):
+        paired = transfer.width == PAIRED64
+        wpi = 2 if paired else 1
+        dests = np.array([d for d, _ in transfer.destinations], np.int64)
+        lat_fn = topology.paired_exchange_latency if paired else topology.exchange_latency
+        latency = np.asarray(lat_fn(transfer.source, dests), np.int64).reshape(-1)
+        sctl = int(np.bitwise_or.reduce(topology.direction(transfer.source, dests).reshape(-1)))
+        sctl |= SCTL_PAIRED if paired else 0
+        for piece in pieces:
+            items = piece.words // wpi
+            base = transfer.source_address // WORD_BYTES + piece.offset_words
+            for k in range(0, items, SEND_ITEMS_MAX):
+                n = min(SEND_ITEMS_MAX, items - k)
+                sends[transfer.source].append((piece.send_cycle + k, n, base + k * wpi, sctl))
+            for (tile, address), lat in zip(transfer.destinations, latency.tolist(), strict=True):
+                start = piece.send_cycle + lat
+                pointer = address // WORD_BYTES + piece.offset_words
+                windows[tile].append(Window(start, start + items, transfer.source, pointer, paired))
+    return sends, windows
+
+
+def _controls(tile: int, windows: list[Window]) -> list[tuple[int, str, int, int]]:
+    """Control writes ``(row cycle, mnemonic, sel, value)`` for one tile's receive windows."""
+    windows = sorted(windows, key=lambda w: w.start)
+    fixed: dict[int, tuple[str, int, int]] = {}
+    for i, w in enumerate(windows):
+        if i and w.start < windows[i - 1].end:
+            raise EncodeError(
+                f"tile {tile}: receive windows overlap at cycle {w.start} (sources "
+                f"{windows[i - 1].source} and {w.source}); the phase cannot be encoded"
+            )
+        fixed[w.start + ROW_LEAD] = ("delayxpic", 0, w.source)
+        following = windows[i + 1].start if i + 1 < len(windows) else None
+        if following != w.end:
+            fixed[w.end + ROW_LEAD] = ("delayxpic", 0, MUX_NONE)
+    out = [(c, *v) for c, v in fixed.items()]
+    used = set(fixed)
+    paired = False
+    previous_end = -ROW_LEAD + 1  # the first control may act at row cycle 1
+    for w in windows:
+        needs = [(PIC_POINTER, w.pointer)]
+        if w.paired != paired:
+            needs.append((PIC_FORMAT, int(w.paired)))
+            paired = w.paired
+        low = max(1, previous_end - 1 + ROW_LEAD)  # after the previous window's last write
+        cycle = w.start - 1 + ROW_LEAD  # takes effect from the window's first cycle
+        for sel, value in needs:
+            while cycle in used and cycle >= low:
+                cycle -= 1
+            if cycle < low:
+                raise EncodeError(
+                    f"tile {tile}: no free cycle for the receive controls of the window at "
+                    f"cycle {w.start} (from tile {w.source}); the phase cannot be encoded"
+                )
+            used.add(cycle)
+            out.append((cycle, "delaypic", sel, value))
+            cycle -= 1
+        previous_end = w.end
+    return out
+
+
+def lower_phase(phase: ExchangePhase, schedule: PhaseSchedule) -> dict[int, np.ndarray]:
+    """Every tile's encoded row for one phase (tiles with nothing to do are left out).
+
+    Each row ends with ``br $m10`` (the supervisor calls it).
+
+    Raises:
+        EncodeError: the phase cannot be encoded within the field limits (names tile, cycle).
+    """
+    sends, windows = _events(phase, schedule)
+    rows: dict[int, np.ndarray] = {}
+    for tile in sorted(set(sends) | set(windows)):
+        events: list[tuple[int, int, tuple[int, ...], str]] = [
+            (c, _CONTROL, (sel, value), mnemonic)
+            for c, mnemonic, sel, value in _controls(tile, windows.get(tile, []))
+        ]
+        events += [(c + ROW_LEAD, _SEND, (n, a, s), "send") for c, n, a, s in sends.get(tile, [])]
+        events.sort()
+        words: list[int] = []
+        clock = 0
+        for cycle, order, args, mnemonic in events:
+            gap = cycle - clock
+            if order == _SEND:
+                words += delay_words(gap)
+                n, address, sctl = args
+                words.append(encode("send", count_m1=n - 1, word_address=address, sctl=sctl))
+            else:
+                limit = PIC_EVENTS_MAX if mnemonic == "delaypic" else XPIC_EVENTS_MAX
+                wait = min(gap, limit)
+                words += delay_words(gap - wait)
+                sel, value = args
+                words.append(encode(mnemonic, events_m1=wait - 1, sel=sel, value=value))
+            clock = cycle
+        words.append(encode("br", reg=LINK_REGISTER))
+        rows[tile] = np.asarray(words, dtype=np.uint32)
+    return rows
