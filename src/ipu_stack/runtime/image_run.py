@@ -291,11 +291,18 @@ def run_images(
 
 def _row(t: _Tile, words32: np.ndarray) -> Row:
     start = (t.pc - BASE) >> 2
-    chunk = words32[t.logical, start : start + ROW_LIMIT_WORDS]
-    ends = np.flatnonzero((chunk.astype(np.int64) & 0xFF0FFFFF) == 0x43000000)
-    if not len(ends):
-        raise SimulationError(f"tile {t.physical}: the exchange row at {t.pc:#x} never returns")
-    return Row(t.logical, t.physical, t.pc, chunk[: int(ends[0]) + 1].copy())
+    limit = min(start + ROW_LIMIT_WORDS, words32.shape[1])
+    chunk = 256
+    at = start
+    while at < limit:
+        part = words32[t.logical, at : min(at + chunk, limit)]
+        ends = np.flatnonzero((part & np.uint32(0xFF0FFFFF)) == np.uint32(0x43000000))
+        if len(ends):
+            stop = at + int(ends[0]) + 1
+            return Row(t.logical, t.physical, t.pc, words32[t.logical, start:stop].copy())
+        at += len(part)
+        chunk *= 2
+    raise SimulationError(f"tile {t.physical}: the exchange row at {t.pc:#x} never returns")
 
 
 def _fill(template: Any, values: list[int], tile: int, spilled: Any) -> list[Any]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipu_stack.exchange.model import PAIRED64, ExchangePhase, PhaseSchedule
+from ipu_stack.exchange.model import PAIRED64, ExchangePhase, PhaseSchedule, phase_arrays
 from ipu_stack.target import topology
 from ipu_stack.target.ipu21 import WORD_BYTES
 from ipu_stack.tilecode.encode import EncodeError, delay_words, encode
@@ -59,22 +59,33 @@ def _events(
     """Send events ``(cycle, items, word address, sctl)`` and receive windows, per tile."""
     sends: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
     windows: dict[int, list[Window]] = defaultdict(list)
-    for transfer, pieces in zip(phase.transfers, schedule.pieces, strict=True):
+    arrays = phase_arrays(phase)
+    owner = arrays.destination_transfers
+    src = arrays.sources[owner]
+    dst = arrays.destination_tiles
+    paired_d = arrays.paired[owner]
+    lat = np.where(
+        paired_d,
+        topology.paired_exchange_latency(src, dst),
+        topology.exchange_latency(src, dst),
+    ).tolist()
+    direction = np.asarray(topology.direction(src, dst), np.int64)
+    sctls = np.zeros(len(phase.transfers), np.int64)
+    np.bitwise_or.at(sctls, owner, direction)
+    starts = arrays.destination_starts.tolist()
+    for i, (transfer, pieces) in enumerate(zip(phase.transfers, schedule.pieces, strict=True)):
         paired = transfer.width == PAIRED64
         wpi = 2 if paired else 1
-        dests = np.array([d for d, _ in transfer.destinations], np.int64)
-        lat_fn = topology.paired_exchange_latency if paired else topology.exchange_latency
-        latency = np.asarray(lat_fn(transfer.source, dests), np.int64).reshape(-1)
-        sctl = int(np.bitwise_or.reduce(topology.direction(transfer.source, dests).reshape(-1)))
-        sctl |= SCTL_PAIRED if paired else 0
+        sctl = int(sctls[i]) | (SCTL_PAIRED if paired else 0)
+        latency = lat[starts[i] : starts[i + 1]]
         for piece in pieces:
             items = piece.words // wpi
             base = transfer.source_address // WORD_BYTES + piece.offset_words
             for k in range(0, items, SEND_ITEMS_MAX):
                 n = min(SEND_ITEMS_MAX, items - k)
                 sends[transfer.source].append((piece.send_cycle + k, n, base + k * wpi, sctl))
-            for (tile, address), lat in zip(transfer.destinations, latency.tolist(), strict=True):
-                start = piece.send_cycle + lat
+            for (tile, address), delay in zip(transfer.destinations, latency, strict=True):
+                start = piece.send_cycle + delay
                 pointer = address // WORD_BYTES + piece.offset_words
                 windows[tile].append(Window(start, start + items, transfer.source, pointer, paired))
     return sends, windows

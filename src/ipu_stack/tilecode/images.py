@@ -28,6 +28,7 @@ from ipu_stack.tilecode.supervisor import (
     TABLE_REGISTER,
     Linked,
     Op,
+    calls_by_tile,
     emit_program,
     link_runtime,
 )
@@ -179,6 +180,7 @@ def build_tile_images(
     rows = rows if rows is not None else lower_exchanges(program, placement, schedules)
     linked = linked if linked is not None else link_runtime(program, gemm_symbols)
     occurrences = _occurrences(program)
+    by_tile = calls_by_tile(program)
     support_base = ipu21.EXECUTABLE_LIMIT - reservation
     images = []
     for logical in range(program.tile_count):
@@ -190,7 +192,9 @@ def build_tile_images(
             if words is not None:
                 numbered[occurrence] = len(row_words)
                 row_words.append(words)
-        ops, tables, strides = emit_program(logical, program, linked, gemm_symbols, numbered)
+        ops, tables, strides = emit_program(
+            logical, program, linked, gemm_symbols, numbered, by_tile.get(logical, {})
+        )
         # place_storage: rows from the 16 KiB-aligned support base, guard, code, tables.
         row_address = []
         cursor = support_base

@@ -192,6 +192,16 @@ class Linked:
         return [[e.address, e.symbol, e.registers, e.template] for e in items]
 
 
+def calls_by_tile(program: LowProgram) -> dict[int, dict[int, list[KernelCall]]]:
+    """Each logical tile's calls by compute step index, in program order."""
+    out: dict[int, dict[int, list[KernelCall]]] = {}
+    for index, step in enumerate(program.steps):
+        if isinstance(step, ComputeStep):
+            for call in step.calls:
+                out.setdefault(call.tile, {}).setdefault(index, []).append(call)
+    return out
+
+
 def link_runtime(program: LowProgram, gemm_symbols: dict) -> Linked:
     """Every kernel specialisation the program calls, at its entry address."""
     linked = Linked()
@@ -234,17 +244,21 @@ def emit_program(
     linked: Linked,
     gemm_symbols: dict,
     rows: dict[tuple[int, int], int],
+    calls: dict[int, list[KernelCall]] | None = None,
 ) -> tuple[list[Op], list[list[int]], dict[int, tuple[int, int]]]:
     """Ops, operand tables and per-repeat strides of one (logical) tile's supervisor program.
 
     Args:
         rows: ``(step, iteration) -> row number`` for the exchange rows this tile has.
+        calls: this tile's calls by compute step (default: taken from ``program``).
 
     Returns:
         ``(ops, tables, strides)``: tables in emission order (the loops' tables iteration by
         iteration); ``strides[repeat step] = (table bytes, row bytes)`` per iteration, filled
         in by :mod:`ipu_stack.tilecode.images` once row sizes are known (here: table bytes).
     """
+    if calls is None:
+        calls = calls_by_tile(program).get(tile, {})
     ops: list[Op] = [_w("sync", zone=SYNC_HOST)]
     tables: list[list[int]] = []
     strides: dict[int, tuple[int, int]] = {}
@@ -265,7 +279,7 @@ def emit_program(
                 iteration_ops = []
                 for j in body:
                     iteration_ops += _step_ops(
-                        tile, j, steps[j], i, step, linked, gemm_symbols, rows, tables, n
+                        tile, j, steps[j], i, step, linked, gemm_symbols, rows, tables, calls
                     )
                 if i == 0:
                     body_ops = iteration_ops
@@ -306,7 +320,7 @@ def emit_program(
             ]
             index = body.stop
             continue
-        ops += _step_ops(tile, index, step, 0, None, linked, gemm_symbols, rows, tables, -1)
+        ops += _step_ops(tile, index, step, 0, None, linked, gemm_symbols, rows, tables, calls)
         index += 1
     ops += [
         _w("setzi", reg=0, imm=1),
@@ -327,7 +341,7 @@ def _step_ops(
     gemm_symbols: dict,
     rows: dict[tuple[int, int], int],
     tables: list[list[int]],
-    loop: int,
+    calls: dict[int, list[KernelCall]],
 ) -> list[Op]:
     """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended)."""
     ops: list[Op] = []
@@ -349,9 +363,7 @@ def _step_ops(
             ]
         return ops
     assert isinstance(step, ComputeStep)
-    for call in step.calls:
-        if call.tile != tile:
-            continue
+    for call in calls.get(index, ()):
         entry = linked.entry(call, gemm_symbols)
         _, operands = call_operands(call)
         words: list[Any] = [index]
