@@ -7,9 +7,10 @@ Semantics (README "Tile code"; the row timing is the project's stated assumption
   words, with ``sctl`` bit 2), in the fabric directions of ``sctl`` bits 0-1; a second send
   before the first has finished is a fault (one send port);
 - a tile whose mux (XPIC) selects source s in cycle c receives the item s sent at
-  ``c - latency(s, tile)`` (``target.topology.exchange_latency``, the paired latency in 64-bit
-  format); it is written at the incoming pointer, which then advances by the item's words;
-  a PIC pointer or format write takes effect from the next cycle;
+  ``c - latency(s, tile)`` (``target.topology.exchange_latency``; XPIC selector 1 selects
+  64-bit paired items, at the paired latency); it is written at the incoming pointer, which
+  then advances by the item's words; a PIC pointer write acts from the next cycle; a
+  directionless ``sendpicp`` (8-byte aligned) writes an XPIC and a PIC at once;
 - faults, naming tile, cycle and instruction address: a cycle in which the mux selects a source
   that sent nothing (or sent in the other direction) to arrive then, an item whose width is not
   the receiver's format, a pointer or send address outside tile memory, a word written twice in
@@ -75,19 +76,26 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     """
     if not rows:
         return np.zeros(0, np.int64)
-    lengths = np.array([len(r.words) - 1 for r in rows], np.int64)  # closing br excluded
-    body = np.concatenate([r.words[:-1] for r in rows]) if lengths.sum() else np.zeros(0, np.uint32)
+    lengths = np.array([_length(r) for r in rows], np.int64)  # up to the closing br
+    body = np.concatenate([r.words[:n] for r, n in zip(rows, lengths.tolist(), strict=True)])
     owner, pos = _segments(lengths)
     d = decode_rows(body)
     phys = np.array([r.physical for r in rows], np.int64)[owner]
     addr = np.array([r.address for r in rows], np.int64)[owner] + 4 * pos
-    bad = ~np.isin(d.kind, [_K["delay"], _K["delaypic"], _K["delayxpic"], _K["send"]])
-    bad |= (d.kind == _K["delayxpic"]) & (d.sel != 0)
+    row_kinds = [_K[k] for k in ("delay", "delaypic", "delayxpic", "send", "sendpicp", "picword")]
+    bad = ~np.isin(d.kind, row_kinds)
+    bad |= ((d.kind == _K["delaypic"]) | (d.kind == _K["sendpicp"])) & (d.sel != 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise SimulationError(
             f"{where} tile {phys[i]}: instruction {decode(int(body[i])).text()} at "
             f"{addr[i]:#x} cannot be part of an exchange row"
+        )
+    pairs = np.flatnonzero(d.kind == _K["sendpicp"])
+    if len(pairs) and (addr[pairs] % 8).any():
+        i = int(pairs[np.flatnonzero(addr[pairs] % 8)[0]])
+        raise SimulationError(
+            f"{where} tile {phys[i]}: sendpicp at {addr[i]:#x} is not 8-byte aligned"
         )
     # act cycle of every instruction: events summed within its row
     csum = np.cumsum(d.events)
@@ -98,7 +106,7 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     np.maximum.at(ends, owner, act + (d.kind != _K["send"]))
 
     # -- sends: every item ---------------------------------------------------------------
-    s_mask = d.kind == _K["send"]
+    s_mask = ((d.kind == _K["send"]) | (d.kind == _K["sendpicp"])) & ((d.sctl & 3) != 0)
     s_tile, s_start, s_items = phys[s_mask], act[s_mask], d.items[s_mask]
     s_addr, s_sctl, s_where = d.address[s_mask], d.sctl[s_mask], addr[s_mask]
     s_owner = owner[s_mask]
@@ -129,8 +137,13 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     horizon = int(s_end.max()) if len(s_end) else 0
 
     # -- receive windows: every cycle with a source selected -----------------------------
-    x_mask = d.kind == _K["delayxpic"]
-    x_tile, x_act, x_value, x_where = phys[x_mask], act[x_mask], d.value[x_mask], addr[x_mask]
+    # source selects: delayxpic, and a sendpicp's XPIC half (selector bit 13, 13-bit value)
+    is_pair = d.kind == _K["sendpicp"]
+    x_mask = (d.kind == _K["delayxpic"]) | is_pair
+    x_sel = np.where(is_pair, (d.xpic >> 13) & 1, d.sel)[x_mask]
+    x_tile, x_act, x_where = phys[x_mask], act[x_mask], addr[x_mask]
+    x_value = np.where(is_pair, d.xpic & 0x1FFF, d.value)[x_mask]
+    x_paired = x_sel == 1
     x_owner = owner[x_mask]
     x_next = np.append(x_act[1:], 0)
     last = np.append(x_owner[1:] != x_owner[:-1], True)
@@ -147,11 +160,11 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     w_len = np.maximum(np.where(x_live, x_stop - x_act, 0), 0)
     w_idx, w_k = _segments(w_len)
     r_tile, r_cycle, r_src = x_tile[w_idx], x_act[w_idx] + w_k, x_value[w_idx]
-    r_where = x_where[w_idx]
+    r_where, r_paired = x_where[w_idx], x_paired[w_idx]
     r_key = r_tile * _BIG + r_cycle
     r_order = np.argsort(r_key, kind="stable")
-    r_tile, r_cycle, r_src, r_where, r_key = (
-        a[r_order] for a in (r_tile, r_cycle, r_src, r_where, r_key)
+    r_tile, r_cycle, r_src, r_where, r_key, r_paired = (
+        a[r_order] for a in (r_tile, r_cycle, r_src, r_where, r_key, r_paired)
     )
     if not len(r_key):
         _apply(
@@ -163,12 +176,13 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
         )
         return ends
 
-    # format and pointer at every receive cycle (a PIC write acts from the next cycle)
+    # the pointer at every receive cycle (a PIC write acts from the next cycle)
     p_mask = d.kind == _K["delaypic"]
-    fmt = _latest(phys, act, d, p_mask & (d.sel == 1), r_key, d.value)
-    r_paired = np.where(fmt[0] >= 0, fmt[1], 0) == 1
-    ptr_idx, ptr_value = _latest(phys, act, d, p_mask & (d.sel == 0), r_key, d.value)
-    ptr_where = addr[p_mask & (d.sel == 0)]
+    pic_mask = (p_mask | is_pair) & (d.sel == 0)
+    pic_value = np.where(is_pair, d.pic, d.value)
+    effect = act[pic_mask] + 1  # a PIC write acts from the next cycle
+    ptr_idx, ptr_value = _latest(phys, effect, pic_mask, r_key, pic_value)
+    ptr_where = addr[pic_mask]
     missing = ptr_idx < 0
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
@@ -177,7 +191,7 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
             "with no incoming pointer set"
         )
     r_wpi = 1 + r_paired.astype(np.int64)
-    eff_key = r_tile * _BIG + _pic_effect(phys, act, p_mask & (d.sel == 0))[ptr_idx]
+    eff_key = r_tile * _BIG + effect[ptr_idx]
     first = np.searchsorted(r_key, eff_key, side="left")
     cum = np.concatenate([[0], np.cumsum(r_wpi)])
     r_ptr = ptr_value + (cum[np.arange(len(r_key))] - cum[first])
@@ -191,9 +205,11 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     )
     want = r_src * _BIG + (r_cycle - lat)
     j = np.searchsorted(item_key, want)
-    j_ok = j < len(item_key)
-    found = j_ok & (item_key[np.minimum(j, len(item_key) - 1)] == want)
-    item = order[np.minimum(j, max(len(order) - 1, 0))] if len(order) else np.zeros_like(j)
+    if len(item_key):
+        found = (j < len(item_key)) & (item_key[np.minimum(j, len(item_key) - 1)] == want)
+        item = order[np.minimum(j, len(order) - 1)]
+    else:
+        found, item = np.zeros(len(want), bool), np.zeros(len(want), np.int64)
     if len(order):
         direction = topology.direction(s_phys, r_tile)
         reaches = (s_sctl[i_send[item]] & direction) != 0
@@ -256,27 +272,28 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     return ends
 
 
+def _length(row: Row) -> int:
+    """Words before the row's closing ``br`` (all of them if there is none)."""
+    ends = np.flatnonzero((row.words & np.uint32(0xFF0FFFFF)) == np.uint32(0x43000000))
+    return int(ends[0]) if len(ends) else len(row.words)
+
+
 def _apply(words32: np.ndarray, logical_of: IntArray, dst: IntArray, word: IntArray,
            values: np.ndarray) -> None:  # fmt: skip
     if len(dst):
         words32[dst, word] = values
 
 
-def _pic_effect(phys: IntArray, act: IntArray, mask: npt.NDArray[np.bool_]) -> IntArray:
-    return act[mask] + 1
-
-
 def _latest(
     phys: IntArray,
-    act: IntArray,
-    d: object,
+    effect: IntArray,
     mask: npt.NDArray[np.bool_],
     keys: IntArray,
     values: IntArray,
 ) -> tuple[IntArray, IntArray]:
-    """For each receive key, the index (or -1) and value of the latest PIC write in ``mask``
-    on the same tile that has taken effect by then."""
-    tiles, effect, vals = phys[mask], act[mask] + 1, values[mask]
+    """For each receive key, the index (into the masked writes, or -1) and value of the latest
+    PIC write in ``mask`` on the same tile that has taken effect (``effect``) by then."""
+    tiles, vals = phys[mask], values[mask]
     pkeys = tiles * _BIG + effect
     order = np.argsort(pkeys, kind="stable")
     idx = np.searchsorted(pkeys[order], keys, side="right") - 1

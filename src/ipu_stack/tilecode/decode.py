@@ -19,7 +19,9 @@ _SEND = (("count_m1", 21, 6), ("word_address", 3, 18), ("sctl", 0, 3))
 _LD = (("base", 20, 4), ("dst", 16, 4), ("delta", 12, 4), ("off", 0, 12))
 _ST = (("base", 20, 4), ("src", 16, 4), ("delta", 12, 4), ("off", 0, 12))
 # (mask, match, name, ((field, low bit, bits), ...)); first match wins, most specific first.
+_SENDPICP = (("picsel", 27, 1), ("count_m1", 21, 6), ("word_address", 3, 18), ("sctl", 0, 3))
 _PATTERNS: tuple[tuple[int, int, str, tuple[tuple[str, int, int], ...]], ...] = (
+    (0xF0000000, 0xF0000000, "sendpicp", _SENDPICP),
     (0xFFFFFFFF, 0x40C00000, "sans", ()),
     (0xFFFFF000, 0x41801000, "trap", (("code", 0, 12),)),
     (0xFFFFFFF0, 0x41800000, "sync", (("zone", 0, 4),)),
@@ -62,8 +64,14 @@ def _show(name: str, value: int) -> str:
     return str(value)
 
 
+def decode_picword(word: int) -> Decoded:
+    """The second word of a ``sendpicp``: ``(xpic14 << 18) | pic18`` (facts §9.1)."""
+    word &= 0xFFFFFFFF
+    return Decoded(word, "picword", {"xpic": word >> 18, "pic": word & 0x3FFFF})
+
+
 def decode(word: int) -> Decoded:
-    """Decode one 32-bit word."""
+    """Decode one 32-bit word (a ``sendpicp``'s second word: :func:`decode_picword`)."""
     word &= 0xFFFFFFFF
     for mask, match, name, fields in _PATTERNS:
         if word & mask == match:
@@ -75,7 +83,17 @@ def decode(word: int) -> Decoded:
 
 
 #: row instruction kinds in :func:`decode_rows` output
-ROW_KINDS = ("unknown", "delay", "delaypic", "delayxpic", "send", "br", "other")
+ROW_KINDS = (
+    "unknown",
+    "delay",
+    "delaypic",
+    "delayxpic",
+    "send",
+    "br",
+    "other",
+    "sendpicp",
+    "picword",
+)
 _ROW_CODE = {name: i for i, name in enumerate(ROW_KINDS)}
 
 
@@ -84,7 +102,9 @@ class RowArrays:
     """Vectorised decode of exchange-row words (all ``int64`` arrays of the words' length).
 
     ``events``: cycles the instruction waits before acting (send: 0); ``sel``/``value``: PIC
-    or XPIC selector and value; ``items``, ``address`` (word address), ``sctl`` for sends.
+    or XPIC selector and value; ``items``, ``address`` (word address), ``sctl`` for sends and
+    ``sendpicp``; ``xpic``/``pic``: a ``sendpicp``'s controls (from its second word, whose
+    own kind is ``picword``).
     """
 
     kind: npt.NDArray[np.int64]
@@ -95,6 +115,8 @@ class RowArrays:
     address: npt.NDArray[np.int64]
     sctl: npt.NDArray[np.int64]
     reg: npt.NDArray[np.int64]
+    xpic: npt.NDArray[np.int64]
+    pic: npt.NDArray[np.int64]
 
 
 def decode_rows(words: npt.NDArray[np.uint32] | npt.NDArray[np.int64]) -> RowArrays:
@@ -119,4 +141,18 @@ def decode_rows(words: npt.NDArray[np.uint32] | npt.NDArray[np.int64]) -> RowArr
     address = np.where(is_send, (w >> 3) & 0x3FFFF, 0)
     sctl = np.where(is_send, w & 7, 0)
     reg = np.where(is_br, (w >> 20) & 0xF, -1)
-    return RowArrays(kind, events, sel, value, items, address, sctl, reg)
+    xpic, pic = zero.copy(), zero.copy()
+    prefix = np.flatnonzero((w & 0xF0000000) == 0xF0000000)
+    last = -2
+    for i in prefix.tolist():  # a prefix's second word is data, whatever its bits
+        if i == last + 1 or i + 1 >= len(w):
+            continue
+        last = i
+        kind[i], kind[i + 1] = 7, 8
+        events[i + 1] = value[i + 1] = sel[i + 1] = items[i + 1] = 0
+        address[i + 1] = sctl[i + 1] = 0
+        reg[i + 1] = -1
+        items[i] = ((w[i] >> 21) & 0x3F) + 1
+        address[i], sctl[i], sel[i] = (w[i] >> 3) & 0x3FFFF, w[i] & 7, (w[i] >> 27) & 1
+        xpic[i], pic[i] = w[i + 1] >> 18, w[i + 1] & 0x3FFFF
+    return RowArrays(kind, events, sel, value, items, address, sctl, reg, xpic, pic)

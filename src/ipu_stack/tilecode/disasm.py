@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.package.format import SEGMENT_EXEC, Package
-from ipu_stack.tilecode.decode import decode
+from ipu_stack.tilecode.decode import decode, decode_picword
 
 _WAITS = {"delay", "delaypic", "delayxpic"}
 
@@ -87,9 +87,11 @@ def disassemble(package: Package, tile: int) -> list[str]:
         lines.append(f"row step {step} iteration {iteration} [{address:#x}, "
                      f"{address + 4 * count:#x}): {count} words")  # fmt: skip
         cycle = 0
+        second = False
         for k in range(count):
             a = address + 4 * k
-            ins = decode(words[a])
+            ins = decode_picword(words[a]) if second else decode(words[a])
+            second = ins.mnemonic == "sendpicp"
             if ins.mnemonic in _WAITS:
                 cycle += ins.fields["events_m1"] + 1
             lines.append(f"  {a:#010x}  {words[a]:08x}  @{cycle:<7} {ins.text()}")

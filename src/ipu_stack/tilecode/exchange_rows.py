@@ -4,20 +4,22 @@ Sending side: for every piece, a ``send`` at the piece's cycle (chunks of at mos
 facts §8.5; ``sctl`` = the fabric direction bits of its destinations (facts §8.4, 3 for both),
 plus 4 for 64-bit paired items). Receiving side: for every window in which words arrive (the
 piece's send cycle plus the pair's latency, ``target.topology.exchange_latency``, the model
-the scheduler used), a PIC pointer write (and a format write when the item width changes) in
-the cycles before it, a ``delayxpic`` selecting the source at its first cycle and one
-selecting no source at its end (unless the next window starts there). Gaps are ``delay``s;
-a gap longer than a control's event field (``delaypic`` 128, ``delayxpic`` 4096) becomes a
-``delay`` (at most 0x80000 events each) plus the control. Rows begin ``ROW_LEAD`` cycles
-before the schedule's cycle 0 so a window at cycle 0 can have its pointer set.
+the scheduler used): a ``delayxpic`` selecting the source at its first cycle (selector 1:
+64-bit paired items); one selecting no source at its end (unless the next window starts
+there, or nothing the source sends can arrive before the next window); a PIC pointer write
+(acting from the next cycle) in the cycles before it, unless the pointer has advanced there
+already; a PIC and an XPIC write of one cycle share a directionless ``sendpicp``.
 
-A phase that cannot be encoded (a receive window overlapping another on one tile, or no free
-cycle for a tile's control writes) raises :class:`EncodeError` naming the tile and cycles;
-nothing is encoded wrongly.
+Gaps are ``delay``s; a gap longer than a control's event field (``delaypic`` 128,
+``delayxpic`` 4096) becomes a ``delay`` (at most 0x80000 events each) plus the control. Rows
+begin ``ROW_LEAD`` cycles before the schedule's cycle 0 so a window at cycle 0 can have its
+pointer set. A phase that cannot be encoded (receive windows overlapping on one tile) raises
+:class:`EncodeError` naming the tile and cycle; nothing is encoded wrongly.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -25,14 +27,14 @@ import numpy as np
 
 from ipu_stack.exchange.model import PAIRED64, ExchangePhase, PhaseSchedule, phase_arrays
 from ipu_stack.target import topology
-from ipu_stack.target.ipu21 import WORD_BYTES
+from ipu_stack.target.ipu21 import TILES, WORD_BYTES
 from ipu_stack.tilecode.encode import EncodeError, delay_words, encode
 from ipu_stack.tilecode.isa_table import (
     LINK_REGISTER,
     MUX_NONE,
-    PIC_FORMAT,
     PIC_POINTER,
     SCTL_PAIRED,
+    XPIC_PAIRED,
 )
 
 ROW_LEAD = 2  # row cycles before the schedule's cycle 0 (assumed, see module docstring)
@@ -91,8 +93,49 @@ def _events(
     return sends, windows
 
 
-def _controls(tile: int, windows: list[Window]) -> list[tuple[int, str, int, int]]:
-    """Control writes ``(row cycle, mnemonic, sel, value)`` for one tile's receive windows."""
+def _arrivals(sends: dict[int, list[tuple[int, int, int, int]]]) -> dict[int, np.ndarray]:
+    """Every cycle each source puts an item on the fabric, sorted."""
+    out = {}
+    for tile, events in sends.items():
+        cycles = [c + k for c, n, _, _ in events for k in range(n)]
+        out[tile] = np.sort(np.asarray(cycles, np.int64))
+    return out
+
+
+@functools.lru_cache(maxsize=TILES)
+def _latency_bounds(source: int) -> tuple[list[int], list[int]]:
+    """Per destination, the earliest and latest arrival offset of any item (32-bit or paired)
+    sent by ``source`` (one vectorised row per source, cached)."""
+    d = np.arange(TILES)
+    a = np.asarray(topology.exchange_latency(source, d))
+    b = np.asarray(topology.paired_exchange_latency(source, d))
+    return np.minimum(a, b).tolist(), np.maximum(a, b).tolist()
+
+
+def _quiet(tile: int, source: int, low: int, high: int, items: dict[int, np.ndarray]) -> bool:
+    """Whether nothing ``source`` sends can reach ``tile`` in cycles ``[low, high)``."""
+    cycles = items.get(source)
+    if cycles is None or low >= high:
+        return True
+    lows, highs = _latency_bounds(source)
+    early, late = lows[tile], highs[tile]
+    a = np.searchsorted(cycles, low - late, side="left")
+    b = np.searchsorted(cycles, high - early, side="left")
+    return bool(a >= b)
+
+
+def _controls(
+    tile: int, windows: list[Window], items: dict[int, np.ndarray], merge_pointers: bool
+) -> list[tuple[int, str, tuple[int, ...]]]:
+    """Control writes ``(row cycle, mnemonic, arguments)`` for one tile's receive windows.
+
+    The XPIC at a window's first cycle selects the source (selector 1 for 64-bit paired items,
+    assumed); one selecting no source follows at its end unless the next window starts there
+    or the source sends nothing that could arrive before the next window. A window whose
+    first word lands where the previous one's pointer has advanced to needs no PIC write
+    (``merge_pointers``; off in loop bodies, whose rows must have the same size every
+    iteration).
+    """
     windows = sorted(windows, key=lambda w: w.start)
     fixed: dict[int, tuple[str, int, int]] = {}
     for i, w in enumerate(windows):
@@ -101,37 +144,49 @@ def _controls(tile: int, windows: list[Window]) -> list[tuple[int, str, int, int
                 f"tile {tile}: receive windows overlap at cycle {w.start} (sources "
                 f"{windows[i - 1].source} and {w.source}); the phase cannot be encoded"
             )
-        fixed[w.start + ROW_LEAD] = ("delayxpic", 0, w.source)
+        fixed[w.start + ROW_LEAD] = ("delayxpic", XPIC_PAIRED if w.paired else 0, w.source)
         following = windows[i + 1].start if i + 1 < len(windows) else None
-        if following != w.end:
+        if following != w.end and not (
+            following is not None and _quiet(tile, w.source, w.end, following, items)
+        ):
             fixed[w.end + ROW_LEAD] = ("delayxpic", 0, MUX_NONE)
-    out = [(c, *v) for c, v in fixed.items()]
-    used = set(fixed)
-    paired = False
-    previous_end = -ROW_LEAD + 1  # the first control may act at row cycle 1
+    pics: dict[int, int] = {}
+    previous: Window | None = None
     for w in windows:
-        needs = [(PIC_POINTER, w.pointer)]
-        if w.paired != paired:
-            needs.append((PIC_FORMAT, int(w.paired)))
-            paired = w.paired
-        low = max(1, previous_end - 1 + ROW_LEAD)  # after the previous window's last write
-        cycle = w.start - 1 + ROW_LEAD  # takes effect from the window's first cycle
-        for sel, value in needs:
-            while cycle in used and cycle >= low:
-                cycle -= 1
-            if cycle < low:
-                raise EncodeError(
-                    f"tile {tile}: no free cycle for the receive controls of the window at "
-                    f"cycle {w.start} (from tile {w.source}); the phase cannot be encoded"
-                )
-            used.add(cycle)
-            out.append((cycle, "delaypic", sel, value))
-            cycle -= 1
-        previous_end = w.end
+        if previous is not None and merge_pointers:
+            wpi = 2 if previous.paired else 1
+            if w.pointer == previous.pointer + (previous.end - previous.start) * wpi:
+                previous = w
+                continue  # the pointer has advanced to this window's first word already
+        # a PIC write acts from the next cycle: any cycle from the previous window's last
+        # arrival to the one before this window's first; one holding an XPIC write is shared
+        # with it (a directionless sendpicp writes both)
+        low = 1 if previous is None else previous.end - 1 + ROW_LEAD
+        cycle = next((c for c in range(w.start - 1 + ROW_LEAD, low - 1, -1)
+                      if c not in pics and c not in fixed), None)  # fmt: skip
+        if cycle is None:
+            cycle = next((c for c in range(w.start - 1 + ROW_LEAD, low - 1, -1)
+                          if c not in pics), None)  # fmt: skip
+        if cycle is None:  # pragma: no cover - windows hold >= 1 word, so ranges are disjoint
+            raise EncodeError(
+                f"tile {tile}: no cycle for the pointer of the receive window at cycle "
+                f"{w.start} (from tile {w.source}); the phase cannot be encoded"
+            )
+        pics[cycle] = w.pointer
+        previous = w
+    out: list[tuple[int, str, tuple[int, ...]]] = []
+    for c, (_, sel, value) in fixed.items():
+        if c in pics:
+            out.append((c, "sendpicp", (sel, value, pics.pop(c))))
+        else:
+            out.append((c, "delayxpic", (sel, value)))
+    out += [(c, "delaypic", (PIC_POINTER, value)) for c, value in pics.items()]
     return out
 
 
-def lower_phase(phase: ExchangePhase, schedule: PhaseSchedule) -> dict[int, np.ndarray]:
+def lower_phase(
+    phase: ExchangePhase, schedule: PhaseSchedule, merge_pointers: bool = True
+) -> dict[int, np.ndarray]:
     """Every tile's encoded row for one phase (tiles with nothing to do are left out).
 
     Each row ends with ``br $m10`` (the supervisor calls it).
@@ -140,11 +195,12 @@ def lower_phase(phase: ExchangePhase, schedule: PhaseSchedule) -> dict[int, np.n
         EncodeError: the phase cannot be encoded within the field limits (names tile, cycle).
     """
     sends, windows = _events(phase, schedule)
+    items = _arrivals(sends)
     rows: dict[int, np.ndarray] = {}
     for tile in sorted(set(sends) | set(windows)):
+        controls = _controls(tile, windows.get(tile, []), items, merge_pointers)
         events: list[tuple[int, int, tuple[int, ...], str]] = [
-            (c, _CONTROL, (sel, value), mnemonic)
-            for c, mnemonic, sel, value in _controls(tile, windows.get(tile, []))
+            (c, _CONTROL, args, mnemonic) for c, mnemonic, args in controls
         ]
         events += [(c + ROW_LEAD, _SEND, (n, a, s), "send") for c, n, a, s in sends.get(tile, [])]
         events.sort()
@@ -156,7 +212,17 @@ def lower_phase(phase: ExchangePhase, schedule: PhaseSchedule) -> dict[int, np.n
                 words += delay_words(gap)
                 n, address, sctl = args
                 words.append(encode("send", count_m1=n - 1, word_address=address, sctl=sctl))
+            elif mnemonic == "sendpicp":
+                words += delay_words(gap)
+                if len(words) % 2:  # the prefix starts on an 8-byte boundary (facts §8.5)
+                    words.append(encode("send", count_m1=0, word_address=0, sctl=0))
+                xsel, xvalue, pointer = args
+                words.append(encode("sendpicp", picsel=PIC_POINTER, count_m1=0, word_address=0,
+                                    sctl=0))  # fmt: skip
+                words.append(encode("picword", xpic=(xsel << 13) | xvalue, pic=pointer))
             else:
+                if gap < 1:  # pragma: no cover - controls get distinct cycles >= 1
+                    raise EncodeError(f"tile {tile}: two controls at row cycle {cycle}")
                 limit = PIC_EVENTS_MAX if mnemonic == "delaypic" else XPIC_EVENTS_MAX
                 wait = min(gap, limit)
                 words += delay_words(gap - wait)
@@ -164,5 +230,7 @@ def lower_phase(phase: ExchangePhase, schedule: PhaseSchedule) -> dict[int, np.n
                 words.append(encode(mnemonic, events_m1=wait - 1, sel=sel, value=value))
             clock = cycle
         words.append(encode("br", reg=LINK_REGISTER))
+        if len(words) % 2:  # rows stay 8-byte aligned one after another
+            words.append(0)
         rows[tile] = np.asarray(words, dtype=np.uint32)
     return rows

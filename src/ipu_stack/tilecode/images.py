@@ -113,7 +113,7 @@ def lower_exchanges(
         for i in range(repeat.count if repeat else 1):
             shifted = _shifted(phase, step, repeat, i, placement.physical) if repeat else phase
             try:
-                out[(index, i)] = lower_phase(shifted, schedule)
+                out[(index, i)] = lower_phase(shifted, schedule, merge_pointers=repeat is None)
             except EncodeError as err:
                 raise PlanError(f"lower_exchanges: step {index} iteration {i}: {err}") from None
     return out

@@ -34,11 +34,11 @@ FORMS: dict[str, Form] = {
         # facts §9.1: events - 1 in 19 bits
         Form("delay", 0x40A00000, (("events_m1", 0, 19),)),
         # facts §9.1: 7-bit events - 1, 1-bit selector, 18-bit value.
-        # assumed: selector 0 writes the incoming pointer (word address), 1 the incoming format
-        # (0 = 32-bit items, 1 = 64-bit paired items).
+        # assumed: selector 0 writes the incoming pointer (a word address; selector 1 unused).
         Form("delaypic", 0x60000000, (("events_m1", 19, 7), ("sel", 18, 1), ("value", 0, 18))),
         # facts §9.1: 12-bit events - 1, 1-bit selector, 13-bit value (XPIC = $INCOMING_MUX).
-        # assumed: selector 0 writes the mux; value 0x1fff selects no source.
+        # assumed: selector 0 selects a source for 32-bit items, selector 1 for 64-bit paired
+        # items (as a $INCOMING_MUXPAIR write, facts §7.6); value 0x1fff selects no source.
         Form("delayxpic", 0x64000000, (("events_m1", 14, 12), ("sel", 13, 1), ("value", 0, 13))),
         # facts §9.1: words - 1 (items - 1 in 64-bit mode) in 6 bits, 18-bit word address, sctl
         Form("send", 0x78000000, (("count_m1", 21, 6), ("word_address", 3, 18), ("sctl", 0, 3))),
@@ -49,6 +49,18 @@ FORMS: dict[str, Form] = {
             (("count_m1", 21, 6), ("count_high", 14, 6), ("delta", 3, 11), ("sctl", 0, 3)),
         ),
         Form("sendpic", 0x70100000, (("count_m1", 21, 6), ("sel", 18, 2), ("value", 0, 18))),
+        # facts §9.1: sendpicp, two aligned words: the prefix, then ``picword``. With sctl 0 it
+        # sends nothing ("0 advances without sending", facts §9.4) and only writes the controls:
+        # this project emits it that way when an XPIC and a PIC write must act in one cycle.
+        # assumed: it acts at once (0 events); picsel 0 = the pointer.
+        Form(
+            "sendpicp",
+            0xF0000000,
+            (("picsel", 27, 1), ("count_m1", 21, 6), ("word_address", 3, 18), ("sctl", 0, 3)),
+        ),
+        # facts §9.1: the second word, (xpic14 << 18) | pic18. assumed: xpic14 is the XPIC
+        # selector (bit 13) and 13-bit mux value, as delayxpic's.
+        Form("picword", 0x00000000, (("xpic", 18, 14), ("pic", 0, 18))),
         # facts §9.1 selectors: 0 receive, 1 ANS, 3 supervisor, 7 all, 15 host
         Form("sync", 0x41800000, (("zone", 0, 4),)),
         Form("trap", 0x41801000, (("code", 0, 12),)),
@@ -88,4 +100,5 @@ MUX_NONE = 0x1FFF  # assumed: XPIC value selecting no source
 SYNC_SUPERVISOR = 3  # facts §9.1/§10.1: before each exchange, active tiles sync 3
 SYNC_HOST = 15  # facts §9.1: host sync (input / output phases)
 SCTL_PAIRED = 4  # facts §9.1: bit 2 selects 64-bit items
-PIC_POINTER, PIC_FORMAT = 0, 1
+PIC_POINTER = 0
+XPIC_WORDS, XPIC_PAIRED = 0, 1
