@@ -6,7 +6,7 @@ plus 4 for 64-bit paired items). Receiving side: for every window in which words
 piece's send cycle plus the pair's latency, ``target.topology.exchange_latency``, the model
 the scheduler used): a ``delayxpic`` selecting the source at its first cycle (selector 1:
 64-bit paired items); one selecting no source at its end (unless the next window starts
-there, or nothing the source sends can arrive before the next window); a PIC pointer write
+there); a PIC pointer write
 (acting from the next cycle) in the cycles before it, unless the pointer has advanced there
 already; a PIC and an XPIC write of one cycle share a directionless ``sendpicp``.
 
@@ -19,7 +19,6 @@ pointer set. A phase that cannot be encoded (receive windows overlapping on one 
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ import numpy as np
 
 from ipu_stack.exchange.model import PAIRED64, ExchangePhase, PhaseSchedule, phase_arrays
 from ipu_stack.target import topology
-from ipu_stack.target.ipu21 import TILES, WORD_BYTES
+from ipu_stack.target.ipu21 import WORD_BYTES
 from ipu_stack.tilecode.encode import EncodeError, delay_words, encode
 from ipu_stack.tilecode.isa_table import (
     LINK_REGISTER,
@@ -93,45 +92,14 @@ def _events(
     return sends, windows
 
 
-def _arrivals(sends: dict[int, list[tuple[int, int, int, int]]]) -> dict[int, np.ndarray]:
-    """Every cycle each source puts an item on the fabric, sorted."""
-    out = {}
-    for tile, events in sends.items():
-        cycles = [c + k for c, n, _, _ in events for k in range(n)]
-        out[tile] = np.sort(np.asarray(cycles, np.int64))
-    return out
-
-
-@functools.lru_cache(maxsize=TILES)
-def _latency_bounds(source: int) -> tuple[list[int], list[int]]:
-    """Per destination, the earliest and latest arrival offset of any item (32-bit or paired)
-    sent by ``source`` (one vectorised row per source, cached)."""
-    d = np.arange(TILES)
-    a = np.asarray(topology.exchange_latency(source, d))
-    b = np.asarray(topology.paired_exchange_latency(source, d))
-    return np.minimum(a, b).tolist(), np.maximum(a, b).tolist()
-
-
-def _quiet(tile: int, source: int, low: int, high: int, items: dict[int, np.ndarray]) -> bool:
-    """Whether nothing ``source`` sends can reach ``tile`` in cycles ``[low, high)``."""
-    cycles = items.get(source)
-    if cycles is None or low >= high:
-        return True
-    lows, highs = _latency_bounds(source)
-    early, late = lows[tile], highs[tile]
-    a = np.searchsorted(cycles, low - late, side="left")
-    b = np.searchsorted(cycles, high - early, side="left")
-    return bool(a >= b)
-
-
 def _controls(
-    tile: int, windows: list[Window], items: dict[int, np.ndarray], merge_pointers: bool
+    tile: int, windows: list[Window], merge_pointers: bool
 ) -> list[tuple[int, str, tuple[int, ...]]]:
     """Control writes ``(row cycle, mnemonic, arguments)`` for one tile's receive windows.
 
     The XPIC at a window's first cycle selects the source (selector 1 for 64-bit paired items,
-    assumed); one selecting no source follows at its end unless the next window starts there
-    or the source sends nothing that could arrive before the next window. A window whose
+    assumed); one selecting no source follows at its end unless the next window starts there.
+    A window whose
     first word lands where the previous one's pointer has advanced to needs no PIC write
     (``merge_pointers``; off in loop bodies, whose rows must have the same size every
     iteration).
@@ -146,9 +114,7 @@ def _controls(
             )
         fixed[w.start + ROW_LEAD] = ("delayxpic", XPIC_PAIRED if w.paired else 0, w.source)
         following = windows[i + 1].start if i + 1 < len(windows) else None
-        if following != w.end and not (
-            following is not None and _quiet(tile, w.source, w.end, following, items)
-        ):
+        if following != w.end:  # a selected source must deliver every cycle (a fault if not)
             fixed[w.end + ROW_LEAD] = ("delayxpic", 0, MUX_NONE)
     pics: dict[int, int] = {}
     previous: Window | None = None
@@ -195,10 +161,9 @@ def lower_phase(
         EncodeError: the phase cannot be encoded within the field limits (names tile, cycle).
     """
     sends, windows = _events(phase, schedule)
-    items = _arrivals(sends)
     rows: dict[int, np.ndarray] = {}
     for tile in sorted(set(sends) | set(windows)):
-        controls = _controls(tile, windows.get(tile, []), items, merge_pointers)
+        controls = _controls(tile, windows.get(tile, []), merge_pointers)
         events: list[tuple[int, int, tuple[int, ...], str]] = [
             (c, _CONTROL, args, mnemonic) for c, mnemonic, args in controls
         ]
