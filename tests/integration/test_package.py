@@ -66,11 +66,14 @@ def test_saved_package_runs_bit_identical_to_in_memory_and_matches_onnxruntime(
     expected = in_memory.outputs[bindings.outputs["y"].name]
     assert y.dtype == expected.dtype and y.shape == expected.shape
     assert np.array_equal(_bits(y), _bits(expected))
-    assert session.last_run is not None and session.last_run.cycles == in_memory.cycles
+    # the package runs from its tile images: exchange time from the executed rows, within 5%
+    # of the scheduled estimate (the in-memory run's 600 + horizon per phase)
+    run = session.last_run
+    assert run is not None and abs(run.cycles - in_memory.cycles) <= 0.05 * in_memory.cycles
     profile = session.profile
     assert profile is not None and profile.end_cycles.shape == (len(built.program.steps), TILES)
     assert (profile.step_cycles() >= 0).all()
-    assert profile.end_cycles[-1].max() == in_memory.cycles
+    assert profile.end_cycles[-1].max() == run.cycles
 
     reference = ort.InferenceSession(str(EXAMPLES / f"{example}.onnx"))
     (want,) = reference.run(["y"], {"x": x})
@@ -294,10 +297,41 @@ def test_session_does_not_trust_program_addresses(mlp2):
 
     with pytest.raises(PackageError, match=f"step {index} gemm call: tile {call[1]} address"):
         Session().load(point_out_at(0xE7000))  # inside tile memory, in no allocation
-    # An allocation that is not live at this step: the simulator reports the lifetime.
+    # An allocation that is not live at this step: the simulator reports the lifetime (the
+    # step description is debug metadata now: run it on purpose).
     name = package.manifest["allocation_names"][dead]
-    session = Session().load(point_out_at(int(package.table("allocations")[dead, 1])))
+    session = Session(execution="description")
+    session.load(point_out_at(int(package.table("allocations")[dead, 1])))
     session.initialize()
+    with pytest.raises(SimulationError, match=f"uses '{name}' outside its lifetime"):
+        session.run({"x": np.zeros((64, 128), np.float16)})
+
+
+def test_session_does_not_trust_operand_tables_in_the_images(mlp2):
+    """The same wrong output address, put in the call's operand table in the tile image."""
+    *_, package = mlp2
+    index, position, dead = _dead_allocation(package)
+    call = package.manifest["program"]["steps"][index]["calls"][position]
+    tile, out, left, right = call[1], call[2], call[3], call[4]
+    data = bytearray(package.data)
+    base = package.manifest["sections"]["images"]["offset"]
+    words = np.frombuffer(package.data, "<u4")
+    found = False
+    for t, _, size, flags, off in package.table("segments").tolist():
+        if t != tile or flags != 1 or off < 0:
+            continue
+        table = words[(base + off) // 4 : (base + off + size) // 4]
+        hits = np.flatnonzero((table[:-3] == index) & (table[1:-2] == out)
+                              & (table[2:-1] == left) & (table[3:] == right))  # fmt: skip
+        for h in hits.tolist():
+            at = base + off + 4 * (h + 1)
+            data[at : at + 4] = int(package.table("allocations")[dead, 1]).to_bytes(4, "little")
+            found = True
+    assert found
+    edited = Package.from_bytes(Package(package.manifest, bytes(data)).to_bytes())
+    session = Session().load(edited)
+    session.initialize()
+    name = package.manifest["allocation_names"][dead]
     with pytest.raises(SimulationError, match=f"uses '{name}' outside its lifetime"):
         session.run({"x": np.zeros((64, 128), np.float16)})
 
@@ -324,7 +358,8 @@ def test_repeat_loop_round_trips_bit_identical():
     got = session.run({"x": feeds["x"]})[y.name]
     want = SimDevice().run(built.program, built.placement, built.schedules, feeds)
     assert np.array_equal(_bits(got), _bits(want.outputs[y.name]))
-    assert session.last_run is not None and session.last_run.cycles == want.cycles
+    assert session.last_run is not None
+    assert abs(session.last_run.cycles - want.cycles) <= 0.05 * want.cycles
 
 
 def test_f8_weights_and_scaled_gemm_round_trip_bit_identical():

@@ -73,7 +73,14 @@ def check_against_simulator(profile, session) -> None:
         ends = np.zeros(profile.tile_count, np.int64)
         np.maximum.at(ends, mine[:, 0], mine[:, 3])
         touched = np.unique(mine[:, 0])
-        assert np.array_equal(ends[touched], end_cycles[step, touched]), f"step {step}"
+        want = end_cycles[step, touched]
+        if e == len(execs) - 1:  # after its last step a tile idles until the run ends
+            tail = mine[(mine[:, 4] == 3) & (mine[:, 3] == profile.cycles)]
+            waits = dict(zip(tail[:, 0].tolist(), tail[:, 2].tolist(), strict=True))
+            for t, w, got in zip(touched.tolist(), want.tolist(), ends[touched].tolist()):
+                assert got == w or (got == profile.cycles and waits.get(t) == w), f"tile {t}"
+            continue
+        assert np.array_equal(ends[touched], want), f"step {step}"
     for tile in range(profile.tile_count):
         mine = seg[seg[:, 0] == tile]
         assert (mine[:, 3] - mine[:, 2]).sum() == profile.cycles

@@ -42,6 +42,7 @@ from ipu_stack.package.format import (
     SectionWriter,
     flat_rows,
 )
+from ipu_stack.package.tile_images import write_images
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 from ipu_stack.trace import Trace
@@ -107,7 +108,8 @@ def assemble_package(
     writer = SectionWriter()
 
     # Allocations and segments: every named buffer, and the union of their spans per tile.
-    alloc_rows, alloc_names, seg_rows = [], [], []
+    alloc_rows, alloc_names = [], []
+    seg_rows: list[tuple[int, ...]] = []
     for logical, allocs in enumerate(placement.allocations):
         tile = physical[logical]
         items = sorted(allocs.values(), key=lambda a: (a.address, a.name))
@@ -115,9 +117,10 @@ def assemble_package(
             alloc_rows.append((tile, a.address, a.size, a.live[0], a.live[1]))
             alloc_names.append(a.name)
         seg_rows += [
-            (tile, lo, hi - lo, SEGMENT_READ | SEGMENT_WRITE)
+            (tile, lo, hi - lo, SEGMENT_READ | SEGMENT_WRITE, -1)
             for lo, hi in _union((a.address, a.address + a.size) for a in items)
         ]
+    tile_code = write_images(writer, built, seg_rows)  # code, rows, tables (tile_images.py)
     writer.table("segments", seg_rows)
     writer.table("allocations", alloc_rows)
 
@@ -184,6 +187,7 @@ def assemble_package(
             "estimated_exchange_cycles": int(program.estimated_exchange_cycles),
         },
         "kernels": [_kernel(k) for k in built.kernels],
+        "tile_code": tile_code,
         "report": deterministic_report(built.report()),
     }
     return Package(manifest, writer.data())

@@ -6,6 +6,9 @@ place         lifetimes + SRAM addresses on the IPU21 map (falls back to leaner 
 schedule      physical exchange phases, scheduled and verified
 plan_kernels  every kernel specialisation the program calls (GEMM rows paired small/large)
 compile_kernels  preflight + popc (or check-only without an SDK) through the kernel cache
+lower_exchanges  scheduled phases -> per-tile encoded exchange rows (tilecode/exchange_rows)
+link_runtime     kernel specialisations -> entry addresses (tilecode/supervisor)
+build_tile_images  supervisor code + operand tables + rows placed in support (tilecode/images)
 """
 
 from __future__ import annotations
@@ -32,14 +35,21 @@ from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
 from ipu_stack.kernels.toolchain import Toolchain
 from ipu_stack.low.lower import lower_program
-from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram
+from ipu_stack.low.program import ComputeStep, ExchangeStep, GemmCall, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
-from ipu_stack.package.runtime_program import TileProgram, compile_runtime, support_overflow
+from ipu_stack.package.runtime_program import (
+    TileProgram,
+    _gemm_symbols,
+    compile_runtime,
+    support_overflow,
+)
 from ipu_stack.package.runtime_program import describe as describe_runtime
 from ipu_stack.place.assign import Placement, physical_phase, place_program
 from ipu_stack.place.mapping import screen_mappings
 from ipu_stack.target.ipu21 import SYNC_CYCLES, TILES
+from ipu_stack.tilecode.images import TileImages, build_tile_images, lower_exchanges
+from ipu_stack.tilecode.supervisor import link_runtime
 from ipu_stack.trace import Trace
 
 LARGE_PHASE_TRANSFERS = 1000
@@ -73,6 +83,7 @@ class Build:
     plans: dict[int, GemmPlan] = field(default_factory=dict)
     kernels: list[KernelArtifact] = field(default_factory=list)
     runtime: list[TileProgram] = field(default_factory=list)  # per-tile programs
+    images: TileImages | None = None  # per-tile code, rows and tables (tilecode/)
 
     def report(self) -> dict[str, object]:
         return {
@@ -174,7 +185,38 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
     if config.compile_kernels:
         with trace.phase("compile_kernels"):
             kernels = compile_kernels(units, Toolchain.discover(config.kernel_sdk), trace=trace)
-    return Build(graph, program, placement, schedules, trace, plans, kernels, runtime)
+    images = _tile_code(program, placement, schedules, runtime, trace)
+    return Build(graph, program, placement, schedules, trace, plans, kernels, runtime, images)
+
+
+def _tile_code(
+    program: LowProgram,
+    placement: Placement,
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+    runtime: list[TileProgram],
+    trace: Trace,
+) -> TileImages:
+    """The phases after compile_kernels (tilecode/): rows, linked entries, tile images."""
+    # Every scheduled phase -> per-tile rows of encoded exchange words within the field
+    # limits; a phase that cannot be encoded fails the build (never encoded wrongly).
+    with trace.phase("lower_exchanges"):
+        rows = lower_exchanges(program, placement, schedules)
+    # Each kernel specialisation gets its entry address (the call targets of emit_tile_code).
+    with trace.phase("link_runtime"):
+        gemms = [c for s in program.steps if isinstance(s, ComputeStep) for c in s.calls
+                 if isinstance(c, GemmCall)]  # fmt: skip
+        symbols = _gemm_symbols(gemms)
+        linked = link_runtime(program, symbols)
+    # emit_tile_code + place_storage: supervisor code, operand tables and rows placed in each
+    # tile's support reservation (a tile that does not fit fails with its bytes), as images.
+    with trace.phase("build_tile_images"):
+        images = build_tile_images(program, placement, schedules, symbols, rows, linked=linked)
+        trace.event(
+            "built tile images",
+            **images.describe(),
+            estimated_row_bytes=max((t.exchange_row_bytes for t in runtime), default=0),
+        )
+    return images
 
 
 @dataclass(slots=True)

@@ -113,6 +113,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--profile", metavar="OUT.ipuprof", default=None, type=output_file,
                      help="record the run's profile into this file")  # fmt: skip
+    run.add_argument(
+        "--check",
+        metavar="MODEL.onnx",
+        default=None,
+        help="compare the outputs with onnxruntime on the same inputs (exit 1 on mismatch)",
+    )
     ins = sub.add_parser("package-inspect", help="describe a .ipuexe package")
     ins.add_argument("package", metavar="PKG.ipuexe")
     ins.add_argument("--bindings", action="store_true", help="list every binding")
@@ -120,6 +126,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--tile", type=bounded_int(0, ipu21.TILES - 1, "tile id"), default=None, metavar="N",
         help="physical tile N",
     )  # fmt: skip
+    ins.add_argument(
+        "--disasm", action="store_true", help="with --tile: the tile's code and exchange rows"
+    )
     ins.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -277,9 +286,16 @@ def _run(args: argparse.Namespace) -> int:
             for name, value in outputs.items()
         ],
     }
+    status = 0
+    if args.check is not None:
+        from ipu_stack.runtime.check import check_outputs
+
+        dtypes = {b["name"]: b["dtype"] for b in session.package.bindings("output")}
+        report["check"] = check_outputs(args.check, inputs, outputs, dtypes)
+        status = 0 if report["check"]["passed"] else 1
     if args.json:
         print(json.dumps(report, sort_keys=True))
-        return 0
+        return status
     for out in report["outputs"]:
         where = f" -> {out['file']}" if "file" in out else ""
         print(
@@ -293,7 +309,15 @@ def _run(args: argparse.Namespace) -> int:
     )
     if args.profile:
         print(f"profile {args.profile}: {os.path.getsize(args.profile):,} bytes")
-    return 0
+    if "check" in report:
+        for c in report["check"]["outputs"]:
+            detail = c.get("reason") or (
+                f"max_abs_error={c['max_abs_error']:.4g} relative={c['relative_error']:.3g} "
+                f"(tolerance {c['tolerance']})"
+            )
+            print(f"check {c['name']} against onnxruntime: {detail}")
+        print("PASS" if report["check"]["passed"] else "FAIL: outputs differ from onnxruntime")
+    return status
 
 
 # -- inspect ------------------------------------------------------------------------------------
@@ -385,7 +409,7 @@ def _tile(package: Any, tile: int) -> dict[str, Any]:
     return {
         "tile": tile,
         "logical": m["tiles"].index(tile),
-        "segments": [[int(a), int(s)] for _, a, s, _ in seg[seg[:, 0] == tile].tolist()],
+        "segments": [[a, s, f] for _, a, s, f, _ in seg[seg[:, 0] == tile].tolist()],
         "allocations": [
             {
                 "name": names[i],
@@ -437,7 +461,19 @@ def _inspect(args: argparse.Namespace) -> int:
         report["bindings"] = _bindings(package)
     if args.tile is not None:
         report["tile"] = _tile(package, args.tile)
+    if args.disasm:
+        if args.tile is None:
+            raise GraphError("--disasm needs --tile N (a physical tile of the package)")
+        from ipu_stack.tilecode.disasm import disassemble
+
+        report["disasm"] = disassemble(package, args.tile)
     if args.json:
+        from ipu_stack.package.format import HEADER
+        from ipu_stack.tilecode.disasm import segment_records
+
+        with open(args.package, "rb") as f:
+            manifest_bytes = HEADER.unpack(f.read(HEADER.size))[3]
+        report["segments"] = segment_records(package, manifest_bytes, HEADER.size)
         print(json.dumps(report, sort_keys=True))
         return 0
     s = summary
@@ -467,8 +503,8 @@ def _inspect(args: argparse.Namespace) -> int:
     if "tile" in report:
         t = report["tile"]
         print(f"tile {t['tile']} (logical {t['logical']}):")
-        for address, size in t["segments"]:
-            print(f"  segment [{address:#x}, {address + size:#x})")
+        for address, size, flags in t["segments"]:
+            print(f"  segment [{address:#x}, {address + size:#x}) flags {flags}")
         for a in t["allocations"]:
             print(
                 f"  allocation {a['name']} [{a['address']:#x}, {a['address'] + a['size']:#x}) "
@@ -488,4 +524,6 @@ def _inspect(args: argparse.Namespace) -> int:
                     f"  step {st['step']} exchange {st['label']!r}: sends {st['sends']}, "
                     f"receives {st['receives']}"
                 )
+    for line in report.get("disasm", []):
+        print(line)
     return 0

@@ -17,8 +17,11 @@ addresses), the bindings, host calls, kernels and the build report; every large 
 *section* of the data, described in ``manifest["sections"]`` as ``{offset, size, dtype,
 shape}`` (a little-endian int64 array) or ``{offset, size}`` (raw bytes). Tables:
 
-``segments``     [S, 4] physical tile, address, size, flags: each tile's loadable memory map
-                 (zero-filled at load; the union of its allocations), non-overlapping.
+``segments``     [S, 5] physical tile, address, size, flags (READ 1, WRITE 2, EXEC 4), data
+                 offset: each tile's loadable memory map, non-overlapping. Data segments (the
+                 union of its allocations, READ|WRITE) are zero-filled at load (offset -1);
+                 image segments (code and rows READ|EXEC, operand tables READ) have their
+                 bytes in ``images`` at the offset (``package/tile_images.py``).
 ``allocations``  [A, 5] physical tile, address, size, first step, end step: every named buffer
                  and the steps it is live in (names in ``manifest["allocation_names"]``).
 ``slices``       [N, 10] physical tile, address, row stride, row0, row1, col0, col1, transposed,
@@ -28,7 +31,10 @@ shape}`` (a little-endian int64 array) or ``{offset, size}`` (raw bytes). Tables
 ``transfers``    [T, 5] source tile, source address, words, paired64, first destination.
 ``destinations`` [D, 3] tile, address, scheduled first arrival (-1: not recorded).
 ``pieces``       [P, 4] transfer, send cycle, offset (words), words: the exchange schedules.
+``rows``         [R, 5] physical tile, step, loop iteration, address, words: each exchange row.
 ``weights``      raw bytes: the weight slices' data, identical blocks stored once.
+``images``       raw bytes: the image segments' data (identical segments stored once).
+``kernel_objects`` raw bytes: kernel objects when an SDK compiled them (``manifest["tile_code"]``).
 
 Determinism: the file is a function of the graph, the parameters and the config only. The
 embedded report leaves out wall-clock values (phase ``elapsed_ms``, ``seconds``) and the
@@ -53,7 +59,7 @@ from ipu_stack.errors import PackageError
 from ipu_stack.target import ipu21
 
 MAGIC = b"\x89IPUEXE\n"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: tile images (code, rows, operand tables) in segments with data
 HEADER = struct.Struct("<8sIIQQ32s")
 HEADER_SIZE = HEADER.size  # 64
 TARGET = "ipu21"
@@ -65,7 +71,7 @@ HOST_CALLS = ("initialize", "run")
 
 #: Columns of each table section, in order (their names are the format's documentation).
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "segments": ("tile", "address", "size", "flags"),
+    "segments": ("tile", "address", "size", "flags", "data_offset"),
     "allocations": ("tile", "address", "size", "live_first", "live_end"),
     "slices": (
         "tile", "address", "row_stride", "row0", "row1", "col0", "col1", "transposed",
@@ -74,6 +80,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "transfers": ("source_tile", "source_address", "words", "paired64", "first_destination"),
     "destinations": ("tile", "address", "first_arrival"),
     "pieces": ("transfer", "send_cycle", "offset_words", "words"),
+    "rows": ("tile", "step", "iteration", "address", "words"),
 }  # fmt: skip
 
 
@@ -252,7 +259,7 @@ class SectionWriter:
     def __init__(self) -> None:
         self._parts: list[bytes] = []
         self._size = 0
-        self._blobs: dict[bytes, int] = {}
+        self._blobs: dict[tuple[str, bytes], int] = {}
         self.sections: dict[str, dict[str, Any]] = {}
 
     def _append(self, data: bytes) -> int:
@@ -283,11 +290,11 @@ class SectionWriter:
     def blob_part(self, name: str, data: bytes) -> int:
         """Append ``data`` to blob section ``name`` (the last begun); returns its offset in it."""
         entry = self.sections[name]
-        if data in self._blobs:
-            return self._blobs[data]
+        if (name, data) in self._blobs:
+            return self._blobs[(name, data)]
         offset = self._append(data) - entry["offset"]
         entry["size"] = self._size - entry["offset"]
-        self._blobs[data] = offset
+        self._blobs[(name, data)] = offset
         return offset
 
     def data(self) -> bytes:

@@ -23,6 +23,7 @@ from ipu_stack.package.format import (
     element_bytes,
     flat_rows,
 )
+from ipu_stack.package.tile_images import validate_tile_code
 from ipu_stack.target import ipu21
 
 
@@ -84,6 +85,7 @@ def validate(package: Package, where: str = "<package>") -> None:
     _validate_bindings(package, tile_set, segments, where)
     _validate_host_calls(package, where)
     _validate_program(package, where)
+    validate_tile_code(package, where)
     _require(m, "kernels", list, where)
     _require(m, "report", dict, where)
     from ipu_stack.package.validate_program import validate_structure
@@ -93,7 +95,7 @@ def validate(package: Package, where: str = "<package>") -> None:
 
 def _validate_sections(package: Package, where: str) -> None:
     sections = _require(package.manifest, "sections", dict, where)
-    for name in (*TABLE_COLUMNS, "weights"):
+    for name in (*TABLE_COLUMNS, "weights", "images"):
         if name not in sections:
             raise _fail(where, f"section {name!r} is missing")
     for name, entry in sections.items():

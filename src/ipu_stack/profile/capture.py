@@ -151,7 +151,7 @@ def capture(
                 phase_cache[index] = _phase_info(phase, schedule, logical, len(tiles), bounds)
             info = phase_cache[index]
             op = operations(_label_operation(step.label, operations))
-            segments.append(_exchange_segments(e, info, start, before, op, kernels))
+            segments.append(_exchange_segments(e, info, start, end, before, op, kernels))
             horizon, bound, bound_id, transfers, pieces, rows = info[:6]
             phases.append((e, horizon, bound, bound_id, transfers, pieces))
             if len(rows):
@@ -323,14 +323,25 @@ def _phase_info(
 
 
 def _exchange_segments(
-    e: int, info: tuple[Any, ...], start: np.ndarray, before: int, op: int, kernels: _Names
+    e: int,
+    info: tuple[Any, ...],
+    start: np.ndarray,
+    end: np.ndarray,
+    before: int,
+    op: int,
+    kernels: _Names,
 ) -> np.ndarray:
-    horizon, *_, participates, busy_end, moved = info
+    _, *_, participates, busy_end, moved = info
     n = start.size
     tiles = np.arange(n)
-    sync0, x0, x1 = before, before + ipu21.SYNC_CYCLES, before + ipu21.SYNC_CYCLES + horizon
+    sync0, x0 = before, before + ipu21.SYNC_CYCLES
+    # each tile leaves the exchange when the simulator says it did (its executed row ends)
+    x1 = np.maximum(end, x0)
+    horizon = int(x1.max()) - x0
     # the step's cycles go to the tile whose exchange activity ends last
     critical = int(np.argmax(np.where(participates, busy_end, -1)))
+    if x1[critical] != x1.max():
+        critical = int(np.argmax(x1))
     on_path = tiles == critical
     kind = np.where(participates, EXCHANGE, IDLE)
     ker = np.where(participates, kernels("exchange"), kernels("idle"))

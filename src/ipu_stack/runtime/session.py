@@ -343,6 +343,9 @@ class Session:
     source: str = "<package>"
     #: the last run's full profile when ``run(..., profile=...)`` asked for one
     last_profile: Profile | None = None
+    #: ``"images"``: execute the tile images (the default); ``"description"``: the package's
+    #: step description (debug metadata, the pre-tile-code path)
+    execution: str = "images"
 
     def load(self, package: Package | str | os.PathLike[str]) -> Session:
         """Validate and load a package (or a package file); returns the session.
@@ -448,9 +451,17 @@ class Session:
             recorder = Recorder()
         observers = [o for o in (recorder, observer) if o is not None]
         try:
-            result = self.device.run(
-                exe.program, exe.placement, exe.schedules, feeds, _fan_out(observers)
-            )
+            if self.execution == "images":
+                from ipu_stack.runtime.image_run import run_images
+
+                resolver = _Resolver(package)
+                result = run_images(
+                    self.device, package, exe, feeds, resolver, _call, _fan_out(observers)
+                )
+            else:
+                result = self.device.run(
+                    exe.program, exe.placement, exe.schedules, feeds, _fan_out(observers)
+                )
         except (SimulationError, ScheduleError) as err:
             # The package passed validation, so the program itself is inconsistent.
             line = str(err).splitlines()[0]

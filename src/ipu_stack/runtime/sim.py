@@ -25,7 +25,7 @@ import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -255,26 +255,7 @@ class SimDevice:
         start = time.perf_counter()
         self.check_allocations(placement)
         mem = np.zeros((program.tile_count, MEMORY_BYTES), dtype=np.uint8)
-        for binding in program.bindings:
-            if binding.role == "output":
-                continue
-            if binding.name not in feeds:
-                raise SimulationError(f"no data for {binding.role} {binding.name!r}")
-            array = np.asarray(feeds[binding.name])
-            if tuple(array.shape) != binding.shape:
-                raise SimulationError(
-                    f"{binding.role} {binding.name!r}: expected shape {binding.shape}, "
-                    f"got {tuple(array.shape)}"
-                )
-            dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
-            if binding.dtype == "i32":
-                array = host_int32(array, binding.name, SimulationError)
-            stored = (
-                encode_f143(array, binding.scale_exponent)
-                if binding.dtype == "f8"
-                else array.astype(dtype)
-            )
-            self.write_value(mem, placement, binding.shards, _as2d(stored))
+        self.write_bindings(mem, program, placement, feeds)
         clock = np.zeros(program.tile_count, dtype=np.int64)
         step_cycles = [0] * len(program.steps)
         step_end_cycles = np.zeros((len(program.steps), program.tile_count), dtype=np.int64)
@@ -308,6 +289,43 @@ class SimDevice:
                 continue
             execute(index)
             index += 1
+        outputs = self.read_outputs(mem, program, placement)
+        seconds = time.perf_counter() - start
+        return RunResult(outputs, int(clock.max()), clock, step_cycles, seconds, step_end_cycles)
+
+    def write_bindings(
+        self,
+        mem: np.ndarray,
+        program: LowProgram,
+        placement: Placement,
+        feeds: dict[str, np.ndarray] | Any,
+    ) -> None:
+        """Host writes of every input and parameter (F8 values F143-encoded)."""
+        for binding in program.bindings:
+            if binding.role == "output":
+                continue
+            if binding.name not in feeds:
+                raise SimulationError(f"no data for {binding.role} {binding.name!r}")
+            array = np.asarray(feeds[binding.name])
+            if tuple(array.shape) != binding.shape:
+                raise SimulationError(
+                    f"{binding.role} {binding.name!r}: expected shape {binding.shape}, "
+                    f"got {tuple(array.shape)}"
+                )
+            dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
+            if binding.dtype == "i32":
+                array = host_int32(array, binding.name, SimulationError)
+            stored = (
+                encode_f143(array, binding.scale_exponent)
+                if binding.dtype == "f8"
+                else array.astype(dtype)
+            )
+            self.write_value(mem, placement, binding.shards, _as2d(stored))
+
+    def read_outputs(
+        self, mem: np.ndarray, program: LowProgram, placement: Placement
+    ) -> dict[str, np.ndarray]:
+        """Host reads of every output binding."""
         outputs = {}
         for binding in program.bindings:
             if binding.role != "output":
@@ -321,8 +339,7 @@ class SimDevice:
             if binding.dtype == "f8":
                 value = decode_f143(value, binding.scale_exponent)
             outputs[binding.name] = value.reshape(binding.shape)
-        seconds = time.perf_counter() - start
-        return RunResult(outputs, int(clock.max()), clock, step_cycles, seconds, step_end_cycles)
+        return outputs
 
     def _compute(
         self,

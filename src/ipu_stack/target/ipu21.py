@@ -29,6 +29,14 @@ HOST_EXCHANGE_APERTURE = (0x50000, 0x58000)
 RUNTIME_STATE = (0x58000, 0x586E0)  # completion, profile stamps, worker stacks
 STANDARD_DATA_BASE = 0x586E0
 DEFAULT_SUPPORT_RESERVATION_BYTES = 3 * 0x4000  # facts §4.4: runtime code, exchange tables
+# Tile code (facts §4.5 [T]): the entry stub at the load base, linked code from 0x4c018 up to
+# the host aperture, the completion word at the runtime-state base; row tables are followed by
+# a 64-byte guard (supervisor fetch lookahead, facts §4.4/§9.4).
+KERNEL_ENTRY_BASE = 0x4C018
+KERNEL_ENTRY_END = 0x50000
+COMPLETION_WORD = 0x58000
+LOOP_STATE = 0x58010  # assumed: three loop words (counter, table base, row base) after the stamps
+ROW_GUARD_BYTES = 64
 
 # Ranges no planner may allocate data into: boot/stub + linked code, host aperture, runtime state.
 RESERVED_RANGES: tuple[tuple[int, int], ...] = (

@@ -1,0 +1,358 @@
+"""``lower_exchanges``, ``place_storage``, ``emit_tile_code`` and ``build_tile_images``.
+
+Per tile, the support reservation at the top of the standard region (facts §4.4: 3 x 16 KiB
+below 0x80000, 16 KiB aligned, executable) holds, in order: the tile's exchange rows (every
+phase, loop bodies iteration by iteration), a 64-byte guard, the supervisor code, and the
+operand tables. The entry stub (``setzi $m0, main; br $m0``) sits at 0x4c010 and the kernel
+entries from 0x4c018 (:mod:`ipu_stack.tilecode.supervisor`). A tile whose support does not fit
+fails the build with the tile and the bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.errors import PlanError
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, Transfer
+from ipu_stack.low.program import ExchangeStep, LowProgram, Ref, RepeatStep
+from ipu_stack.place.assign import Placement
+from ipu_stack.target import ipu21
+from ipu_stack.tilecode.encode import EncodeError, encode
+from ipu_stack.tilecode.exchange_rows import lower_phase
+from ipu_stack.tilecode.supervisor import (
+    ADD_MAX,
+    ROW_STRIDE_ADDS,
+    TABLE_REGISTER,
+    Linked,
+    Op,
+    calls_by_tile,
+    emit_program,
+    link_runtime,
+)
+
+SEGMENT_READ, SEGMENT_WRITE, SEGMENT_EXEC = 1, 2, 4  # as the package format's flags
+SUPPORT_BASE = ipu21.EXECUTABLE_LIMIT - ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES
+
+
+@dataclass(slots=True)
+class TileImage:
+    """One tile's loadable image: segments ``(address, flags, bytes)`` and row records."""
+
+    tile: int  # physical
+    segments: list[tuple[int, int, bytes]] = field(default_factory=list)
+    rows: list[tuple[int, int, int, int]] = field(default_factory=list)  # step, iter, addr, words
+    row_bytes: int = 0
+    code_bytes: int = 0
+    table_bytes: int = 0
+
+
+@dataclass(slots=True)
+class TileImages:
+    """The images of every tile and the linked kernel entries."""
+
+    tiles: list[TileImage]
+    linked: Linked
+
+    def largest_rows(self) -> TileImage:
+        """The tile with the most encoded row bytes."""
+        return max(self.tiles, key=lambda t: t.row_bytes)
+
+    def describe(self) -> dict[str, int]:
+        """Summary figures for the trace and the manifest."""
+        big = self.largest_rows()
+        support = max((t.row_bytes + t.code_bytes + t.table_bytes for t in self.tiles), default=0)
+        return {
+            "tiles": len(self.tiles),
+            "kernel_entries": len(self.linked.entries),
+            "maximum_row_bytes": big.row_bytes,
+            "maximum_row_bytes_tile": big.tile,
+            "maximum_code_bytes": max((t.code_bytes for t in self.tiles), default=0),
+            "maximum_table_bytes": max((t.table_bytes for t in self.tiles), default=0),
+            "maximum_support_bytes": support + ipu21.ROW_GUARD_BYTES,
+            "row_words": sum(t.row_bytes for t in self.tiles) // 4,
+        }
+
+
+def _shifted(phase: ExchangePhase, step: ExchangeStep, repeat: RepeatStep, i: int,
+             physical: np.ndarray) -> ExchangePhase:  # fmt: skip
+    """The phase of loop iteration ``i``: iterated buffers advanced by ``i`` x stride."""
+    if i == 0 or not repeat.iterated:
+        return phase
+    inv = {int(p): t for t, p in enumerate(physical)}
+    out = []
+    for lt, t in zip(step.transfers, phase.transfers, strict=True):
+        src = t.source_address + i * repeat.iterated.get((lt.source_tile, lt.source.buffer), 0)
+        dests = tuple(
+            (tile, address + i * repeat.iterated.get((inv[tile], ref.buffer), 0))
+            for (tile, address), (_, ref) in zip(t.destinations, lt.destinations, strict=True)
+        )
+        out.append(Transfer(t.source, src, dests, t.words, t.width))
+    return ExchangePhase(tuple(out), phase.tile_count)
+
+
+def lower_exchanges(
+    program: LowProgram,
+    placement: Placement,
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+) -> dict[tuple[int, int], dict[int, np.ndarray]]:
+    """Rows of every exchange occurrence: ``(step, iteration) -> physical tile -> words``.
+
+    Raises:
+        PlanError: a phase cannot be encoded (the encoder's message, with the step).
+    """
+    out: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+    repeat_of = _repeats(program)
+    for index, step in enumerate(program.steps):
+        if not isinstance(step, ExchangeStep):
+            continue
+        phase, schedule = schedules[index]
+        repeat = repeat_of.get(index)
+        for i in range(repeat.count if repeat else 1):
+            shifted = _shifted(phase, step, repeat, i, placement.physical) if repeat else phase
+            try:
+                out[(index, i)] = lower_phase(shifted, schedule, merge_pointers=repeat is None)
+            except EncodeError as err:
+                raise PlanError(f"lower_exchanges: step {index} iteration {i}: {err}") from None
+    return out
+
+
+def _repeats(program: LowProgram) -> dict[int, RepeatStep]:
+    out = {}
+    for index, step in enumerate(program.steps):
+        if isinstance(step, RepeatStep):
+            for j in range(index + 1, index + 1 + step.length):
+                out[j] = step
+    return out
+
+
+def _occurrences(program: LowProgram) -> list[tuple[int, int]]:
+    """Exchange ``(step, iteration)`` in execution order."""
+    out = []
+    steps = program.steps
+    index = 0
+    while index < len(steps):
+        step = steps[index]
+        if isinstance(step, RepeatStep):
+            body = range(index + 1, index + 1 + step.length)
+            out += [(j, i) for i in range(step.count) for j in body
+                    if isinstance(steps[j], ExchangeStep)]  # fmt: skip
+            index = body.stop
+            continue
+        if isinstance(step, ExchangeStep):
+            out.append((index, 0))
+        index += 1
+    return out
+
+
+def _size(op: Op) -> int:
+    kind = op[0]
+    if kind == "label":
+        return 0
+    if kind == "rowstride":
+        return ROW_STRIDE_ADDS
+    return 1
+
+
+def _add_word(reg: int, amount: int, what: str, tile: int) -> int:
+    if not -ADD_MAX - 1 <= amount <= ADD_MAX:
+        raise PlanError(f"tile {tile}: {what} of {amount} bytes does not fit one add (simm16)")
+    return encode("add", src=reg, dst=reg, simm=amount)
+
+
+def build_tile_images(
+    program: LowProgram,
+    placement: Placement,
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+    gemm_symbols: dict,
+    rows: dict[tuple[int, int], dict[int, np.ndarray]] | None = None,
+    reservation: int = ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES,
+    linked: Linked | None = None,
+) -> TileImages:
+    """Link, place and emit every tile's image (see module docstring).
+
+    Raises:
+        PlanError: a tile's support does not fit (names the tile and the bytes), or the
+            program cannot be encoded.
+    """
+    rows = rows if rows is not None else lower_exchanges(program, placement, schedules)
+    linked = linked if linked is not None else link_runtime(program, gemm_symbols)
+    occurrences = _occurrences(program)
+    by_tile = calls_by_tile(program)
+    support_base = ipu21.EXECUTABLE_LIMIT - reservation
+    images = []
+    for logical in range(program.tile_count):
+        physical = int(placement.physical[logical])
+        numbered = {}
+        row_words: list[np.ndarray] = []
+        for occurrence in occurrences:
+            words = rows[occurrence].get(physical)
+            if words is not None:
+                numbered[occurrence] = len(row_words)
+                row_words.append(words)
+        ops, tables, strides = emit_program(
+            logical, program, linked, gemm_symbols, numbered, by_tile.get(logical, {})
+        )
+        # place_storage: rows from the 16 KiB-aligned support base, guard, code, tables.
+        row_address = []
+        cursor = support_base
+        for words in row_words:
+            row_address.append(cursor)
+            cursor += 4 * len(words)
+        row_bytes = cursor - support_base
+        code_base = cursor + ipu21.ROW_GUARD_BYTES
+        code_words = sum(_size(op) for op in ops)
+        table_base = code_base + 4 * code_words
+        table_address = []
+        cursor = table_base
+        for t in tables:
+            table_address.append(cursor)
+            cursor += 4 * len(t)
+        end = cursor
+        if end > ipu21.EXECUTABLE_LIMIT:
+            raise PlanError(
+                f"place_storage: tile {physical} needs {end - support_base} bytes of support "
+                f"({row_bytes} exchange rows + {ipu21.ROW_GUARD_BYTES} guard + "
+                f"{4 * code_words} code + {end - table_base} operand tables) but the "
+                f"reservation holds {reservation} bytes [{support_base:#x}, "
+                f"{ipu21.EXECUTABLE_LIMIT:#x})"
+            )
+        labels = _labels(ops, code_base)
+        for n, address in enumerate(row_address):
+            labels[("row", n)] = address
+        for n, address in enumerate(table_address):
+            labels[("table", n)] = address
+        for index, (table_stride, _) in strides.items():
+            first = [n for (s, i), n in numbered.items() if i == 0 and _in_body(program, index, s)]
+            labels[("rowbase", index)] = row_address[min(first)] if first else 0
+            stride = 0
+            if first:
+                stride = sum(4 * len(row_words[n]) for n in first)
+            strides[index] = (table_stride, stride)
+        code = _assemble(ops, labels, strides, physical, program, numbered, row_address)
+        table_data = [
+            _table_word(w, placement, logical, address)
+            for t, address in zip(tables, table_address, strict=True)
+            for w in t
+        ]
+        stub = [
+            encode("setzi", reg=0, imm=code_base),
+            encode("br", reg=0),
+        ]
+        image = TileImage(physical, row_bytes=row_bytes, code_bytes=4 * code_words,
+                          table_bytes=end - table_base)  # fmt: skip
+        image.segments.append(
+            (ipu21.APPLICATION_LOAD_BASE, SEGMENT_READ | SEGMENT_EXEC, _bytes(stub))
+        )
+        exec_words = [w for r in row_words for w in r.tolist()]
+        exec_words += [0] * (ipu21.ROW_GUARD_BYTES // 4) + code
+        image.segments.append((support_base, SEGMENT_READ | SEGMENT_EXEC, _bytes(exec_words)))
+        if table_data:
+            image.segments.append((table_base, SEGMENT_READ, _bytes(table_data)))
+        image.rows = [
+            (step, i, row_address[n], len(row_words[n])) for (step, i), n in numbered.items()
+        ]
+        images.append(image)
+    return TileImages(images, linked)
+
+
+def _table_word(word: Any, placement: Placement, logical: int, table: int) -> int:
+    """An operand-table word: a buffer address (advanced for the loop iteration), the
+    address of the table's spilled operands, or a scalar."""
+    if isinstance(word, tuple) and word[0] == "ref":
+        return placement.address(logical, word[1]) + word[2]
+    if isinstance(word, tuple) and word[0] == "spill":
+        return table + 4 * word[1]
+    return int(word)
+
+
+def _in_body(program: LowProgram, repeat_index: int, step: int) -> bool:
+    repeat = program.steps[repeat_index]
+    assert isinstance(repeat, RepeatStep)
+    return repeat_index < step <= repeat_index + repeat.length
+
+
+def _bytes(words: list[int]) -> bytes:
+    return np.asarray(words, dtype="<u4").tobytes()
+
+
+def _labels(ops: list[Op], base: int) -> dict[Any, int]:
+    labels = {}
+    cursor = base
+    for op in ops:
+        if op[0] == "label":
+            labels[op[1]] = cursor
+        cursor += 4 * _size(op)
+    return labels
+
+
+def _assemble(
+    ops: list[Op],
+    labels: dict[Any, int],
+    strides: dict[int, tuple[int, int]],
+    tile: int,
+    program: LowProgram,
+    numbered: dict[tuple[int, int], int],
+    row_address: list[int],
+) -> list[int]:
+    """The code words of ``ops`` with every label resolved."""
+    words = []
+    for op in ops:
+        kind = op[0]
+        if kind == "label":
+            continue
+        if kind == "w":
+            words.append(op[1])
+        elif kind == "setzi":
+            words.append(encode("setzi", reg=op[1], imm=labels[op[2]]))
+        elif kind == "call":
+            words.append(encode("call", reg=op[1], target_words=labels[op[2]] >> 2))
+        elif kind == "brz":
+            words.append(encode("brz", reg=op[1], target_words=labels[op[2]] >> 2))
+        elif kind == "tableoffset":
+            table = op[1]
+            repeat_first = _first_table_of_loop(ops, table)
+            offset = labels[("table", table)] - labels[("table", repeat_first)]
+            words.append(_add_word(TABLE_REGISTER, offset, "an operand-table offset", tile))
+        elif kind == "rowoffset":
+            _, step, row = op
+            base = _row_base(program, step, labels)
+            words.append(_add_word(0, row_address[row] - base, "a row offset", tile))
+        elif kind == "rowstride":
+            stride = strides[op[1]][1]
+            for _ in range(ROW_STRIDE_ADDS):
+                part = min(stride, ADD_MAX)
+                words.append(encode("add", src=0, dst=0, simm=part))
+                stride -= part
+            if stride:
+                raise PlanError(
+                    f"tile {tile}: a loop's row stride does not fit {ROW_STRIDE_ADDS} adds"
+                )
+        else:  # pragma: no cover - every op kind is handled above
+            raise AssertionError(f"unknown op {op!r}")
+    return words
+
+
+def _first_table_of_loop(ops: list[Op], table: int) -> int:
+    """The first operand table of the loop whose body uses ``table`` (its iteration-0 base)."""
+    first = None
+    for op in ops:
+        # the loop set-up stores the body's first table through $m0
+        if op[0] == "setzi" and op[1] == 0 and isinstance(op[2], tuple) and op[2][0] == "table":
+            first = op[2][1]
+        if op[0] == "tableoffset" and op[1] == table:
+            assert first is not None
+            return first
+    raise AssertionError(f"table {table} is in no loop")
+
+
+def _row_base(program: LowProgram, step: int, labels: dict[Any, int]) -> int:
+    for index, s in enumerate(program.steps):
+        if isinstance(s, RepeatStep) and index < step <= index + s.length:
+            return labels[("rowbase", index)]
+    raise AssertionError(f"step {step} is in no loop")
+
+
+__all__ = ["Ref", "TileImages", "build_tile_images", "lower_exchanges"]

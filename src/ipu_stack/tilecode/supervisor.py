@@ -1,0 +1,399 @@
+"""``link_runtime`` and ``emit_tile_code``: kernel entries and per-tile supervisor programs.
+
+``link_runtime`` gives every distinct kernel specialisation (the call with its operand
+addresses left out) one entry address in link region 1 (facts §4.5, from 0x4c018). Without
+an SDK there is no kernel object: the entry holds a placeholder (``br $m10; trap 0``) and the
+package records the absence; the simulator runs the registry's reference semantics for a
+``call`` to that address.
+
+``emit_tile_code`` writes each tile's supervisor program (a list of ops assembled by
+:mod:`ipu_stack.tilecode.images` once addresses are known):
+
+- ``sync 15`` (host input phase), then the program's steps in order;
+- a kernel call: ``setzi $m1, table`` (in a loop: the iteration's table base from the loop
+  state plus an ``add``), ``ld32`` of every operand register from the call's operand table
+  (word 0: the step index, debug metadata), ``call $m10, entry``; registers per the registry
+  ABI: ``$m2`` output, ``$m3``.. inputs, scalars after;
+- an exchange: ``sync 3``, then the tile's row (``call $m10, row``; in a loop the row's
+  address comes from the loop state and the return address is set with ``setzi $m10``);
+- a repeat loop: counter, table base and row base kept in the runtime state words
+  (``LOOP_STATE``), decremented / advanced by the body's strides each iteration, ``brz``
+  out, ``br`` back;
+- the completion word (1 at ``COMPLETION_WORD``), then ``sync 15`` (host output phase).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.errors import PlanError
+from ipu_stack.low.program import (
+    AddCall,
+    ComputeStep,
+    CopyCall,
+    ExchangeStep,
+    FillCall,
+    GemmCall,
+    KernelCall,
+    LowProgram,
+    MapCall,
+    Ref,
+    RepeatStep,
+    View,
+)
+from ipu_stack.package.format import canonical_json
+from ipu_stack.target import ipu21
+from ipu_stack.tilecode.encode import encode
+from ipu_stack.tilecode.isa_table import LINK_REGISTER, SYNC_HOST, SYNC_SUPERVISOR, ZERO_REGISTER
+
+KERNEL_ENTRY_BYTES = 8
+FIRST_OPERAND_REGISTER = 2  # $m2 (registry ABI)
+LAST_OPERAND_REGISTER = 9  # $m10 is the return address, $m11 the stack
+TABLE_REGISTER = 1
+ADD_MAX = (1 << 15) - 1
+ROW_STRIDE_ADDS = 4  # a loop's row stride is added in this many fixed ``add``s (< 128 KiB)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEntry:
+    """One linked kernel specialisation: its entry address, symbol and call template."""
+
+    address: int
+    symbol: str
+    template: list[Any]  # a package call list; "$mN" strings stand for operand registers
+    registers: int
+
+
+def _scalar(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+SPILL = "spill"  # the operand word holding the address of the spilled operands
+
+
+def call_operands(call: KernelCall) -> tuple[list[Any], list[Any]]:
+    """A call's template (package call list, registers as ``"$mN"``) and its operand words
+    in register order (buffer references, or plain scalars).
+
+    Operands beyond the ABI's registers are spilled: ``$m9`` then holds the address of the
+    rest, which follow in the operand table (template ``"$sK"``: spilled word K).
+    """
+    refs: list[Any] = []
+
+    def reg(value: Ref | int) -> str:
+        refs.append(value)
+        return f"#{len(refs) - 1}"
+
+    def ref(r: Any) -> Ref:
+        return r.ref if isinstance(r, View) else r
+
+    if isinstance(call, GemmCall):
+        out, left, right = reg(call.out), reg(call.left), reg(call.right)
+        template: list[Any] = [
+            "gemm", 0, out, left, right, call.rows, call.k, call.c, call.precision.name,
+            int(call.accumulate), call.weights, call.scale_exponent,
+        ]  # fmt: skip
+    elif isinstance(call, AddCall):
+        out = reg(call.out)
+        template = [
+            "add",
+            0,
+            out,
+            [reg(r) for r in call.inputs],
+            call.elements,
+            call.precision.name,
+        ]
+    elif isinstance(call, CopyCall):
+        template = ["copy", 0, reg(call.dst), reg(call.src), reg(call.size)]
+    elif isinstance(call, FillCall):
+        template = ["fill", 0, reg(call.dst), reg(call.size)]
+    elif isinstance(call, MapCall):
+
+        def view(v: View) -> list[Any]:
+            return [reg(ref(v)), v.rows, v.cols, v.stride, v.dtype]
+
+        out_view = view(call.out)
+        template = [
+            "map", 0, call.kind, out_view, [view(v) for v in call.inputs],
+            [[k, _scalar(v)] for k, v in call.attrs],
+        ]  # fmt: skip
+    else:
+        raise TypeError(f"cannot emit kernel call {call!r}")
+    registers = LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1
+    direct = len(refs) if len(refs) <= registers else registers - 1
+    names = [f"$m{FIRST_OPERAND_REGISTER + i}" for i in range(direct)]
+    names += [f"$s{i}" for i in range(len(refs) - direct)]
+    words = refs[:direct] + ([SPILL, *refs[direct:]] if len(refs) > direct else [])
+
+    def rename(x: Any) -> Any:
+        if isinstance(x, str) and x.startswith("#"):
+            return names[int(x[1:])]
+        if isinstance(x, list):
+            return [rename(v) for v in x]
+        return x
+
+    return rename(template), words
+
+
+def _symbol(call: KernelCall, gemm_symbols: dict[tuple[str, str, int, int, int], str]) -> str:
+    if isinstance(call, GemmCall):
+        key = (call.precision.name, call.weights, call.k, call.c, call.rows)
+        symbol = gemm_symbols.get(key) or f"ipu_stack_gemm_{call.precision.name}"
+        return symbol.replace("_init_", "_accumulate_") if call.accumulate else symbol
+    if isinstance(call, AddCall):
+        return f"ipu_stack_reduce_add_{call.precision.name}"
+    if isinstance(call, CopyCall):
+        return "ipu_stack_copy"
+    if isinstance(call, FillCall):
+        return "ipu_stack_fill_zero"
+    assert isinstance(call, MapCall)
+    return f"ipu_stack_{call.kind}_{call.out.dtype}"
+
+
+@dataclass(slots=True)
+class Linked:
+    """The linked runtime: kernel entries by template key."""
+
+    entries: dict[bytes, KernelEntry] = field(default_factory=dict)
+
+    def entry(self, call: KernelCall, gemm_symbols: dict) -> KernelEntry:
+        template, ops = call_operands(call)
+        symbol = _symbol(call, gemm_symbols)
+        key = canonical_json([symbol, template])
+        found = self.entries.get(key)
+        if found is None:
+            address = ipu21.KERNEL_ENTRY_BASE + KERNEL_ENTRY_BYTES * len(self.entries)
+            if address + KERNEL_ENTRY_BYTES > ipu21.KERNEL_ENTRY_END:
+                raise PlanError(
+                    f"link_runtime: {len(self.entries) + 1} kernel specialisations do not fit "
+                    f"the link region [{ipu21.KERNEL_ENTRY_BASE:#x}, "
+                    f"{ipu21.KERNEL_ENTRY_END:#x}) at {KERNEL_ENTRY_BYTES} bytes each"
+                )
+            found = KernelEntry(
+                address,
+                symbol,
+                template,
+                min(len(ops), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1),
+            )
+            self.entries[key] = found
+        return found
+
+    def image(self) -> bytes:
+        """The entry placeholders (no kernel objects: ``br $m10; trap 0`` each)."""
+        words = [encode("br", reg=LINK_REGISTER), encode("trap", code=0)] * len(self.entries)
+        return np.asarray(words, dtype="<u4").tobytes()
+
+    def records(self) -> list[list[Any]]:
+        """``[address, symbol, registers, template]`` per entry, by address."""
+        items = sorted(self.entries.values(), key=lambda e: e.address)
+        return [[e.address, e.symbol, e.registers, e.template] for e in items]
+
+
+def calls_by_tile(program: LowProgram) -> dict[int, dict[int, list[KernelCall]]]:
+    """Each logical tile's calls by compute step index, in program order."""
+    out: dict[int, dict[int, list[KernelCall]]] = {}
+    for index, step in enumerate(program.steps):
+        if isinstance(step, ComputeStep):
+            for call in step.calls:
+                out.setdefault(call.tile, {}).setdefault(index, []).append(call)
+    return out
+
+
+def link_runtime(program: LowProgram, gemm_symbols: dict) -> Linked:
+    """Every kernel specialisation the program calls, at its entry address."""
+    linked = Linked()
+    for step in program.steps:
+        if isinstance(step, ComputeStep):
+            for call in step.calls:
+                linked.entry(call, gemm_symbols)
+    return linked
+
+
+# -- supervisor programs as ops --------------------------------------------------------------
+# An op is ("w", word) | ("setzi", reg, label) | ("call", reg, label) | ("brz", reg, label)
+# | ("label", name) | ("tableoffset", table) | ("rowoffset", step, row) (one ``add`` each)
+# | ("rowstride", repeat step) (ROW_STRIDE_ADDS ``add``s).
+# Labels: ("table", n) operand table n of the tile, ("row", n) row n, ("rowbase", repeat step)
+# ("loop", n) / ("exit", n) loop top and exit, ("ret", n) a return point.
+Op = tuple[Any, ...]
+
+
+def _w(mnemonic: str, **fields: int) -> Op:
+    return ("w", encode(mnemonic, **fields))
+
+
+def _adds(reg: int, amount: int) -> list[Op]:
+    out = []
+    while amount:
+        step = max(-ADD_MAX - 1, min(ADD_MAX, amount))
+        out.append(_w("add", src=reg, dst=reg, simm=step))
+        amount -= step
+    return out
+
+
+def _loop_state(slot: int) -> int:
+    return ipu21.LOOP_STATE // 4 + slot
+
+
+def emit_program(
+    tile: int,
+    program: LowProgram,
+    linked: Linked,
+    gemm_symbols: dict,
+    rows: dict[tuple[int, int], int],
+    calls: dict[int, list[KernelCall]] | None = None,
+) -> tuple[list[Op], list[list[int]], dict[int, tuple[int, int]]]:
+    """Ops, operand tables and per-repeat strides of one (logical) tile's supervisor program.
+
+    Args:
+        rows: ``(step, iteration) -> row number`` for the exchange rows this tile has.
+        calls: this tile's calls by compute step (default: taken from ``program``).
+
+    Returns:
+        ``(ops, tables, strides)``: tables in emission order (the loops' tables iteration by
+        iteration); ``strides[repeat step] = (table bytes, row bytes)`` per iteration, filled
+        in by :mod:`ipu_stack.tilecode.images` once row sizes are known (here: table bytes).
+    """
+    if calls is None:
+        calls = calls_by_tile(program).get(tile, {})
+    ops: list[Op] = [_w("sync", zone=SYNC_HOST)]
+    tables: list[list[int]] = []
+    strides: dict[int, tuple[int, int]] = {}
+    steps = program.steps
+    index = 0
+    loops = 0
+    while index < len(steps):
+        step = steps[index]
+        if isinstance(step, RepeatStep):
+            body = range(index + 1, index + 1 + step.length)
+            if any(isinstance(steps[j], RepeatStep) for j in body):
+                raise PlanError(f"step {index}: nested repeat loops are not supported")
+            n = loops
+            loops += 1
+            first_table = len(tables)
+            body_ops: list[Op] = []
+            for i in range(step.count):
+                iteration_ops = []
+                for j in body:
+                    iteration_ops += _step_ops(
+                        tile, j, steps[j], i, step, linked, gemm_symbols, rows, tables, calls
+                    )
+                if i == 0:
+                    body_ops = iteration_ops
+            per_iteration = len(tables) - first_table
+            table_bytes = 0
+            if step.count:
+                table_bytes = sum(
+                    4 * len(t) for t in tables[first_table:][: per_iteration // step.count]
+                )
+            strides[index] = (table_bytes, 0)
+            ops += [
+                _w("setzi", reg=0, imm=step.count),
+                _w("setzi", reg=TABLE_REGISTER, imm=ipu21.LOOP_STATE),
+                _w("st32", base=TABLE_REGISTER, src=0, delta=ZERO_REGISTER, off=0),
+                ("setzi", 0, ("table", first_table))
+                if len(tables) > first_table
+                else _w("setzi", reg=0, imm=0),
+                _w("st32", base=TABLE_REGISTER, src=0, delta=ZERO_REGISTER, off=1),
+                ("setzi", 0, ("rowbase", index)),
+                _w("st32", base=TABLE_REGISTER, src=0, delta=ZERO_REGISTER, off=2),
+                ("label", ("loop", n)),
+                *body_ops,
+                _w("setzi", reg=TABLE_REGISTER, imm=ipu21.LOOP_STATE),
+                _w("ld32", base=TABLE_REGISTER, dst=0, delta=ZERO_REGISTER, off=0),
+                *_adds(0, -1),
+                _w("st32", base=TABLE_REGISTER, src=0, delta=ZERO_REGISTER, off=0),
+                _w("ld32", base=TABLE_REGISTER, dst=0, delta=ZERO_REGISTER, off=1),
+                *_adds(0, table_bytes),
+                _w("st32", base=TABLE_REGISTER, src=0, delta=ZERO_REGISTER, off=1),
+                _w("ld32", base=TABLE_REGISTER, dst=0, delta=ZERO_REGISTER, off=2),
+                ("rowstride", index),
+                _w("st32", base=TABLE_REGISTER, src=0, delta=ZERO_REGISTER, off=2),
+                _w("ld32", base=TABLE_REGISTER, dst=0, delta=ZERO_REGISTER, off=0),
+                ("brz", 0, ("exit", n)),
+                ("setzi", 0, ("loop", n)),
+                _w("br", reg=0),
+                ("label", ("exit", n)),
+            ]
+            index = body.stop
+            continue
+        ops += _step_ops(tile, index, step, 0, None, linked, gemm_symbols, rows, tables, calls)
+        index += 1
+    ops += [
+        _w("setzi", reg=0, imm=1),
+        _w("setzi", reg=TABLE_REGISTER, imm=ipu21.COMPLETION_WORD),
+        _w("st32", base=TABLE_REGISTER, src=0, delta=ZERO_REGISTER, off=0),
+        _w("sync", zone=SYNC_HOST),
+    ]
+    return ops, tables, strides
+
+
+def _step_ops(
+    tile: int,
+    index: int,
+    step: Any,
+    iteration: int,
+    repeat: RepeatStep | None,
+    linked: Linked,
+    gemm_symbols: dict,
+    rows: dict[tuple[int, int], int],
+    tables: list[list[int]],
+    calls: dict[int, list[KernelCall]],
+) -> list[Op]:
+    """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended)."""
+    ops: list[Op] = []
+    if isinstance(step, ExchangeStep):
+        ops.append(_w("sync", zone=SYNC_SUPERVISOR))
+        row = rows.get((index, iteration))
+        if row is None:
+            return ops
+        if repeat is None:
+            ops.append(("call", LINK_REGISTER, ("row", row)))
+        else:
+            ops += [
+                _w("setzi", reg=0, imm=ipu21.LOOP_STATE),
+                _w("ld32", base=0, dst=0, delta=ZERO_REGISTER, off=2),
+                ("rowoffset", index, row),
+                ("setzi", LINK_REGISTER, ("ret", (index, row))),
+                _w("br", reg=0),
+                ("label", ("ret", (index, row))),
+            ]
+        return ops
+    assert isinstance(step, ComputeStep)
+    for call in calls.get(index, ()):
+        entry = linked.entry(call, gemm_symbols)
+        _, operands = call_operands(call)
+        words: list[Any] = [index]
+        for value in operands:
+            if value is SPILL:
+                words.append(("spill", 1 + LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1))
+            elif isinstance(value, Ref):
+                shift = repeat.iterated.get((tile, value.buffer), 0) * iteration if repeat else 0
+                words.append(("ref", value, shift))
+            else:
+                words.append(int(value))
+        table = len(tables)
+        tables.append(words)
+        if repeat is None:
+            ops.append(("setzi", TABLE_REGISTER, ("table", table)))
+        else:
+            ops += [
+                _w("setzi", reg=TABLE_REGISTER, imm=ipu21.LOOP_STATE),
+                _w("ld32", base=TABLE_REGISTER, dst=TABLE_REGISTER, delta=ZERO_REGISTER, off=1),
+                ("tableoffset", table),
+            ]
+        for j in range(min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)):
+            ops.append(
+                _w(
+                    "ld32",
+                    base=TABLE_REGISTER,
+                    dst=FIRST_OPERAND_REGISTER + j,
+                    delta=ZERO_REGISTER,
+                    off=1 + j,
+                )
+            )
+        ops.append(("w", encode("call", reg=LINK_REGISTER, target_words=entry.address >> 2)))
+    return ops
