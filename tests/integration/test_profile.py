@@ -77,7 +77,8 @@ def check_against_simulator(profile, session) -> None:
         if e == len(execs) - 1:  # after its last step a tile idles until the run ends
             tail = mine[(mine[:, 4] == 3) & (mine[:, 3] == profile.cycles)]
             waits = dict(zip(tail[:, 0].tolist(), tail[:, 2].tolist(), strict=True))
-            for t, w, got in zip(touched.tolist(), want.tolist(), ends[touched].tolist()):
+            got_ends = ends[touched].tolist()
+            for t, w, got in zip(touched.tolist(), want.tolist(), got_ends, strict=True):
                 assert got == w or (got == profile.cycles and waits.get(t) == w), f"tile {t}"
             continue
         assert np.array_equal(ends[touched], want), f"step {step}"
