@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from ipu_stack.errors import GraphError, IpuStackError
 from ipu_stack.kernels import commands as kernel_commands
+from ipu_stack.kernels import kernel_run_command
 from ipu_stack.package import commands as package_commands
 from ipu_stack.target import ipu21
 from ipu_stack.trace import configure_logging
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_onnx_command(sub)
     _add_exchange_commands(sub)
     kernel_commands.add_commands(sub)
+    kernel_run_command.add_commands(sub)
     package_commands.add_commands(sub)
     return parser
 
@@ -233,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in kernel_commands.COMMANDS:
             return kernel_commands.run(args)
+        if args.command in kernel_run_command.COMMANDS:
+            return kernel_run_command.run(args)
         if args.command in package_commands.COMMANDS:
             return package_commands.run(args)
         if args.command == "exchange-bench":

@@ -1,0 +1,92 @@
+"""Non-GEMM kernel units with device code: names, flags, operands and NumPy semantics.
+
+A unit name fixes everything the template needs (kernels/templates/elementwise.S):
+``add_{f16|f32}_n{N}``, ``mul_{f16|f32}_n{N}`` (N elements, N * bytes a multiple of 8),
+``copy_b{N}`` and ``fill_zero_b{N}`` (N bytes, a multiple of 8). Each unit's semantics are
+the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic rounded once;
+copy and fill move or zero bytes), restated here as NumPy on arrays.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.kernels.registry import ENTRY_PREFIX, TEMPLATE_DIR
+
+ELEMENTWISE_TEMPLATE = TEMPLATE_DIR / "elementwise.S"
+_NAME = re.compile(r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+))$")
+_OPS = {"add": 1, "mul": 2, "copy": 3, "fill_zero": 4}
+MAX_ATOMS = 65530  # the workers divide by 6 exactly below 2**16 (elementwise.S)
+
+
+@dataclass(frozen=True, slots=True)
+class ElementwiseUnit:
+    """One elementwise compile unit."""
+
+    name: str
+    kind: str  # add | mul | copy | fill_zero
+    dtype: str  # f16 | f32 | bytes
+    count: int  # elements (add/mul) or bytes (copy/fill)
+
+    @property
+    def source(self) -> Path:
+        return ELEMENTWISE_TEMPLATE
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * (1 if self.dtype == "bytes" else int(self.dtype[1:]) // 8)
+
+    @property
+    def entry(self) -> str:
+        return f"{ENTRY_PREFIX}{self.name}"
+
+    def flags(self) -> list[str]:
+        """The ``-D`` flags specialising the template to this unit."""
+        out = [f"-DEW_OP={_OPS[self.kind]}", f"-DEW_ATOMS={self.nbytes // 8}",
+               f"-DEW_SYMBOL={self.entry}"]  # fmt: skip
+        if self.dtype == "f32":
+            out.append("-DEW_F32=1")
+        return out
+
+    @property
+    def inputs(self) -> int:
+        return {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0}[self.kind]
+
+    def reference(self, args: list[np.ndarray]) -> np.ndarray:
+        """NumPy semantics on the operands (arrays of ``dtype``; bytes as uint8)."""
+        if self.kind == "copy":
+            return args[0].copy()
+        if self.kind == "fill_zero":
+            return np.zeros(self.count, np.uint8)
+        a, b = (x.astype(np.float32) for x in args)
+        r = a + b if self.kind == "add" else a * b
+        return r.astype(np.dtype(np.float16 if self.dtype == "f16" else np.float32))
+
+
+def parse_unit(name: str) -> ElementwiseUnit:
+    """The unit a name denotes.
+
+    Raises:
+        GraphError: the name does not follow the scheme or the size is impossible.
+    """
+    m = _NAME.match(name)
+    if not m:
+        raise GraphError(
+            f"{name!r} is not an elementwise unit name "
+            "(add|mul_{f16|f32}_nN, copy_bN, fill_zero_bN)"
+        )
+    if m["op"]:
+        unit = ElementwiseUnit(name, m["op"], m["p"], int(m["n"]))
+    else:
+        unit = ElementwiseUnit(name, m["mv"], "bytes", int(m["b"]))
+    if unit.count <= 0 or unit.nbytes % 8 or unit.nbytes // 8 > MAX_ATOMS:
+        raise GraphError(
+            f"unit {name}: {unit.nbytes} bytes must be a positive multiple of 8, at most "
+            f"{MAX_ATOMS * 8}"
+        )
+    return unit
