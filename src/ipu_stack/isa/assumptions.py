@@ -143,6 +143,21 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "facts §15.1 [T] load order; the read-back mapping assumed",
     ),
     Assumption(
+        "cwei_write_needs_idle_workers",
+        True,
+        "writing the coefficient store "
+        "(ld64putcs, ld128putcs, $CR.ZCWEI) while a worker runs is reported as a fault: "
+        "there is no interlock, so the result would depend on timing",
+        "facts §15.2 [R] poplibs 'must wait for all workers ... as it is shared'",
+    ),
+    Assumption(
+        "return_needs_idle_workers",
+        True,
+        "a call that returns (br $m10) while a "
+        "worker still runs is a fault (its results would race the caller)",
+        "assumed",
+    ),
+    Assumption(
         "amp_pipeline_rows",
         1,
         "f16v4hihov4amp / f8v8hihov4amp: the result of a row's "

@@ -25,6 +25,16 @@ SLOTS = int(assumptions.value("barrel_slots"))  # type: ignore[call-overload]
 RETURN_ADDRESS = 0xFFFF8  # $m10 on entry: the caller; branching here ends the call
 SUPERVISOR = ipu21.WORKERS
 ZAACC = 1 << 3
+# Rules of the table the machine implements structurally: it supports these values only, so
+# editing one in assumptions.py without changing the code fails here rather than silently.
+for _key, _supported in (("worker_bundle_cycles", SLOTS), ("supervisor_issue_per_slot", 1),
+                         ("result_latency_bundles", 0), ("bundle_read_before_write", True),
+                         ("sync_local_cycles", 0), ("runall_start_slot", "next"),
+                         ("call_overhead_cycles", 0), ("stochastic_rounding_modelled", False),
+                         ("interleaved_ports", True), ("standard_element_conflict", True),
+                         ("code_outside_data", True)):  # fmt: skip
+    if assumptions.value(_key) != _supported:
+        raise NotImplementedError(f"the emulator implements {_key} = {_supported!r} only")
 ZCWEI = 1 << 2
 
 
@@ -79,15 +89,22 @@ class Tile:
         if c.is_worker:
             if index == CSR_INDEX["FP_CLR"]:
                 if value & ZAACC:
-                    c.acc_cur = np.zeros(16, np.float32)
-                    c.acc_prev = np.zeros(16, np.float32)
+                    c.clear_accumulators()
                 return
             c.csr[index] = value & MASK32
             return
         if index == CSR_INDEX["CR"] and value & ZCWEI:
+            self.require_workers_idle("put $CR.ZCWEI")
             self.cwei[:] = 0
             self.cwei_version += 1
         self.csr[index] = value & MASK32
+
+    def require_workers_idle(self, what: str) -> None:
+        """The coefficient store is shared: no worker may run while it changes."""
+        busy = [w.index for w in self.contexts[:SUPERVISOR] if w.active]
+        if busy and assumptions.value("cwei_write_needs_idle_workers"):
+            raise Fault(f"{what} writes the shared coefficient store while worker {busy[0]} "
+                        "runs (sync first, facts §15.2)")  # fmt: skip
 
     def start_repeat(self, c: Context, ins: object, count: int, size: int) -> None:
         if not c.is_worker:
@@ -173,6 +190,12 @@ class Tile:
                     sup_count += 1
                     if sup.pc == RETURN_ADDRESS:
                         sup.active = False
+                        busy = [x.index for x in workers if x.active]
+                        if busy and assumptions.value("return_needs_idle_workers"):
+                            raise Fault(
+                                f"{self.program.name}: the supervisor returned while "
+                                f"worker {busy[0]} still runs (no sync before br)"
+                            )
             self.cycle += 1
         return CallResult(self.cycle - start, sup_count, bundles)
 

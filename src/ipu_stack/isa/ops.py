@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 F143 = np.dtype(ml_dtypes.float8_e4m3fnuz)
 _PHASES: dict[int, int] = dict(assumptions.value("amp_phase_flags"))  # type: ignore[call-overload]
-_CWEI_ORDER: tuple[int, ...] = tuple(assumptions.value("cwei_slot_order"))  # type: ignore[call-overload]
+_CWEI_ORDER: tuple[int, ...] = tuple(assumptions.value("cwei_slot_order"))  # type: ignore[arg-type]
 #: panel word n lives in CWEI slot _PANEL_SLOT[n] (assumption cwei_slot_order)
 PANEL_SLOT = np.array([_CWEI_ORDER[n // 8] + n % 8 for n in range(64)])
 
@@ -288,6 +288,7 @@ def op_putcs(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     """ld64putcs / ld128putcs: coefficient-store loads from $CCCSLOAD (post-incremented)."""
     width = 16 if ins.mnemonic == "ld128putcs" else 8
     slot = _src(c, ins, 0)
+    t.require_workers_idle(ins.mnemonic)
     address = t.csr.get(CSR_INDEX["CCCSLOAD"], 0)
     if width == 16:
         require_interleaved(address, "ld128putcs")
@@ -321,11 +322,13 @@ def op_amp(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     else:
         x = x_raw.view(np.float16).astype(np.float32)
         products = x @ weights[4 * phase : 4 * phase + 4]
-    out = c.acc_prev[4 * phase : 4 * phase + 4].astype(np.float16)
+    out = c.acc_done[0][4 * phase : 4 * phase + 4].astype(np.float16)
     c.acc_cur = c.acc_cur + products
     c.acc_cur[4 * phase : 4 * phase + 4] += part
-    if phase == 3:
-        c.acc_prev, c.acc_cur = c.acc_cur, np.zeros(16, np.float32)
+    if phase == 3:  # the row is complete: it leaves amp_pipeline_rows rows later
+        c.acc_done.append(c.acc_cur)
+        c.acc_done.popleft()
+        c.acc_cur = np.zeros(16, np.float32)
     e.a.append((c, areg(ins.operands[0]), out.view(np.uint32)))
 
 

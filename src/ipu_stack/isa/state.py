@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ipu_stack.errors import IpuStackError
+from ipu_stack.isa import assumptions
 from ipu_stack.kernels.isa import ARF_ALIASES, MRF_ALIASES
 from ipu_stack.target import ipu21
 
 MASK32 = 0xFFFFFFFF
+AMP_PIPELINE_ROWS = int(assumptions.value("amp_pipeline_rows"))  # type: ignore[call-overload]
 POISON = 0xBAD0_0000  # registers of a new worker (undefined on hardware) start as POISON | n
 CSR_INDEX = {"WSR": 0x01, "CR": 0x02, "VERTEX_BASE": 0x02, "REPEAT_COUNT": 0x04, "FP_ICTL": 0x20,
              "CCCSLOAD": 0x50, "CTXT_STS": 0x72, "FP_CLR": 0x101, "FP_CTL": 0x103,
@@ -39,7 +42,7 @@ class Context:
     csr: dict[int, int] = field(default_factory=dict)
     rpt: tuple[int, int, int] | None = None  # (body start, body end, iterations left)
     acc_cur: np.ndarray = field(default_factory=lambda: np.full(16, np.nan, np.float32))
-    acc_prev: np.ndarray = field(default_factory=lambda: np.full(16, np.nan, np.float32))
+    acc_done: deque = field(default_factory=deque)  # finished rows still in the AMP pipeline
     bundles: int = 0
 
     @property
@@ -55,8 +58,12 @@ class Context:
         self.a[15] = 0
         self.pc, self.active, self.ready, self.rpt = entry, True, cycle + 1, None
         self.csr = {CSR_INDEX["VERTEX_BASE"]: vertex}
-        self.acc_cur = np.full(16, np.nan, np.float32)
-        self.acc_prev = np.full(16, np.nan, np.float32)
+        self.clear_accumulators(np.nan)
+
+    def clear_accumulators(self, fill: float = 0.0) -> None:
+        """Zero (ZAACC) or poison the AMP accumulators: the row being fed and the rows in flight."""
+        self.acc_cur = np.full(16, fill, np.float32)
+        self.acc_done = deque(np.full(16, fill, np.float32) for _ in range(AMP_PIPELINE_ROWS))
 
 
 def mreg(name: str) -> int:

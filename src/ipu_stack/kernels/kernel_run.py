@@ -117,7 +117,9 @@ def _run_gemm(program: Any, variant: registry.GemmVariant, rng: np.random.Genera
         out_rows = -(-rows // 16) * 16 if group else rows
         out_bytes = out_rows * c * 2
         out_at = placer.take("interleaved", out_bytes)
+        modelled = (spec.cycles(rows, k, c) if spec.cycles else 0) + ipu21.KERNEL_LAUNCH_CYCLES
         tile = Tile(program)
+        tile.max_cycles = 100_000 + 20 * int(modelled)  # a runaway loop is a fault
         stored_prior = semantics.pack_output(prior, group) if group else prior.reshape(-1)
         tile.mem.write(left_at, left_s.view(np.uint8).reshape(-1), 8)
         tile.mem.write(right_at, right_s.view(np.uint8).reshape(-1), 8)
@@ -139,7 +141,6 @@ def _run_gemm(program: Any, variant: registry.GemmVariant, rng: np.random.Genera
         err = np.abs(got.astype(np.float64) - want.astype(np.float64))
         worst = float(np.nanmax(err / ulp)) if err.size else 0.0
         ok = bool(np.isfinite(got).all() and worst <= 2.0)
-        modelled = (spec.cycles(rows, k, c) if spec.cycles else 0) + ipu21.KERNEL_LAUNCH_CYCLES
         out.append({
             "entry": symbol, "rows": rows, "accumulate": accumulate,
             "max_abs_error": float(np.nanmax(err)) if err.size else 0.0,
@@ -158,6 +159,7 @@ def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generat
     else:
         args = [rng.uniform(-2, 2, unit.count).astype(dtype) for _ in range(unit.inputs)]
     tile = Tile(program)
+    tile.max_cycles = 100_000 + 20 * _elementwise_model(unit)  # a runaway loop is a fault
     out_at = placer.take("standard", unit.nbytes)
     garbage = rng.integers(0, 256, unit.nbytes, dtype=np.uint8)
     tile.mem.write(out_at, garbage, 8)

@@ -19,7 +19,9 @@ from ipu_stack.errors import GraphError
 from ipu_stack.kernels.registry import ENTRY_PREFIX, TEMPLATE_DIR
 
 ELEMENTWISE_TEMPLATE = TEMPLATE_DIR / "elementwise.S"
-_NAME = re.compile(r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+))$")
+_NAME = re.compile(
+    r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+))$"
+)
 _OPS = {"add": 1, "mul": 2, "copy": 3, "fill_zero": 4}
 MAX_ATOMS = 65530  # the workers divide by 6 exactly below 2**16 (elementwise.S)
 

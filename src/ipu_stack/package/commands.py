@@ -90,6 +90,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs")
     run.add_argument("--output-dir", metavar="DIR", default=None, help="write NAME.npy per output")
     run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument(
+        "--kernels", choices=("model", "emulate"), default="model",
+        help="emulate: run every kernel call with device code on the ISA emulator (slow)",
+    )  # fmt: skip
     ins = sub.add_parser("package-inspect", help="describe a .ipuexe package")
     ins.add_argument("package", metavar="PKG.ipuexe")
     ins.add_argument("--bindings", action="store_true", help="list every binding")
@@ -170,7 +174,12 @@ def _run(args: argparse.Namespace) -> int:
     from ipu_stack.runtime.session import Session, host_dtype
     from ipu_stack.runtime.sim import SimDevice
 
-    session = Session(SimDevice()).load(args.package)
+    device = SimDevice()
+    if getattr(args, "kernels", "model") == "emulate":
+        from ipu_stack.runtime.emulate import EmulatedKernels
+
+        device.kernels = EmulatedKernels()
+    session = Session(device).load(args.package)
     assert session.package is not None
     inputs: dict[str, np.ndarray] = {}
     for name, path in args.input:
@@ -221,6 +230,8 @@ def _run(args: argparse.Namespace) -> int:
             for name, value in outputs.items()
         ],
     }
+    if device.kernels is not None:
+        report["kernels"] = device.kernels.report()
     if args.json:
         print(json.dumps(report, sort_keys=True))
         return 0
@@ -235,6 +246,14 @@ def _run(args: argparse.Namespace) -> int:
         f"{clock / 1e9:g} GHz (steps={len(result.step_cycles)}, "
         f"simulate_seconds={result.seconds:.2f})"
     )
+    if device.kernels is not None:
+        kernels = report["kernels"]
+        for unit, v in kernels["emulated_units"].items():
+            print(f"kernel {unit}: calls={v['calls']} emulated_cycles={v['emulated_cycles']} "
+                  f"modelled_cycles={v['modelled_cycles']}")  # fmt: skip
+        for kind, v in kernels["modelled_only"].items():
+            print(f"kernel {kind}: calls={v['calls']} modelled_cycles={v['modelled_cycles']} "
+                  "(no device code: NumPy semantics)")  # fmt: skip
     return 0
 
 

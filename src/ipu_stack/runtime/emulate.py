@@ -1,0 +1,108 @@
+"""``run --kernels emulate``: kernel calls executed by their device code on the ISA emulator.
+
+:class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
+whose kernel has device code (F16/F8 GEMMs; contiguous, equal-shape add/mul; 8-byte copies
+and fills) runs its unit's assembly on :class:`ipu_stack.isa.Tile` over the tile's memory
+bytes, in place; any other call (F32 GEMM, GeLU, casts, layer norm, softmax, attention,
+broadcast forms, reduce-add) keeps its NumPy semantics and is counted as ``modelled``. The
+simulator clock still advances by the cost model; the emulated cycles are reported next to
+it per kernel unit. GEMM calls run the single-row-count unit of their row count
+(``gemm_..._rR_rR``), whose entry code is that of the paired unit the package lists.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ipu_stack.isa import Memory, Tile, load_unit
+from ipu_stack.kernels import registry
+from ipu_stack.kernels.units import parse_unit
+from ipu_stack.low.program import CopyCall, FillCall, GemmCall, KernelCall, MapCall
+from ipu_stack.target import ipu21
+
+STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
+
+
+class EmulatedKernels:
+    """Runs kernel calls on the emulator; keeps per-unit emulated and modelled cycles."""
+
+    def __init__(self) -> None:
+        self.units: dict[str, dict[str, int]] = defaultdict(
+            lambda: {"calls": 0, "emulated_cycles": 0, "modelled_cycles": 0}
+        )
+        self.modelled: dict[str, dict[str, int]] = defaultdict(
+            lambda: {"calls": 0, "modelled_cycles": 0}
+        )
+
+    def run(self, tile_mem: Any, call: KernelCall, address: Any, modelled: int) -> bool:
+        """Execute ``call`` if it has device code (True), else leave it to the semantics.
+
+        ``address(ref, size, alignment, what)`` is the simulator's checked address of a ref.
+        """
+        job = self._unit(call, address)
+        if job is None:
+            kind = call.kind if isinstance(call, MapCall) else type(call).__name__
+            if isinstance(call, GemmCall):
+                kind = f"gemm_{call.precision.name}"
+            self.modelled[kind]["calls"] += 1
+            self.modelled[kind]["modelled_cycles"] += modelled
+            return False
+        name, source, flags, entry, regs = job
+        program = load_unit(source, flags, name)
+        saved = tile_mem[-64:].copy()
+        result = Tile(program, Memory(tile_mem)).call(entry, {**regs, 11: STACK_TOP})
+        tile_mem[-64:] = saved
+        unit = self.units[name]
+        unit["calls"] += 1
+        unit["emulated_cycles"] += result.cycles + ipu21.KERNEL_LAUNCH_CYCLES
+        unit["modelled_cycles"] += modelled
+        return True
+
+    def _unit(self, call: KernelCall, address: Any) -> tuple | None:
+        if isinstance(call, GemmCall):
+            if call.precision is ipu21.F32:
+                return None
+            il = "_interleaved" if call.weights == "interleaved" else ""
+            name = f"gemm_{call.precision.name}{il}_k{call.k}_c{call.c}_r{call.rows}_r{call.rows}"
+            v = registry.parse_gemm_variant(name)
+            eb = call.precision.element_bytes
+            regs = {
+                2: address(call.out, call.rows * call.c * 2, 32, "gemm output"),
+                3: address(call.left, call.rows * call.k * eb, 32, "gemm left"),
+                4: address(call.right, call.k * call.c * eb, 32, "gemm right"),
+            }
+            if call.precision is ipu21.F8:
+                regs[5] = call.scale_exponent
+            phase = "accumulate" if call.accumulate else "init"
+            return name, v.source, tuple(v.flags()), v.entry_symbol(phase, call.rows), regs
+        if isinstance(call, (CopyCall, FillCall)):
+            if call.size % 8:
+                return None
+            kind = "copy" if isinstance(call, CopyCall) else "fill_zero"
+            unit = parse_unit(f"{kind}_b{call.size}")
+            regs = {2: address(call.dst, call.size, 8, kind)}
+            if isinstance(call, CopyCall):
+                regs[3] = address(call.src, call.size, 8, "copy source")
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and call.kind in ("add", "mul"):
+            out = call.out
+            eb = ipu21.precision(out.dtype).element_bytes
+            views = (out, *call.inputs)
+            if any((v.rows, v.cols, v.dtype) != (out.rows, out.cols, out.dtype) for v in views):
+                return None  # broadcast or mixed forms: no device code yet
+            if any(v.stride != out.cols * eb for v in views) or (out.rows * out.cols * eb) % 8:
+                return None
+            n = out.rows * out.cols
+            unit = parse_unit(f"{call.kind}_{out.dtype}_n{n}")
+            regs = {2 + i: address(v.ref, n * eb, 8, f"{call.kind} operand {i}")
+                    for i, v in enumerate(views)}  # fmt: skip
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """Per unit: calls, emulated and modelled cycles; and the calls left to semantics."""
+        return {
+            "emulated_units": {k: dict(v) for k, v in sorted(self.units.items())},
+            "modelled_only": {k: dict(v) for k, v in sorted(self.modelled.items())},
+        }
