@@ -162,6 +162,8 @@ def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generat
     tile.max_cycles = 100_000 + 20 * _elementwise_model(unit)  # a runaway loop is a fault
     out_at = placer.take("standard", unit.nbytes)
     garbage = rng.integers(0, 256, unit.nbytes, dtype=np.uint8)
+    if unit.kind == "reduce_add":  # the output is read: args[0] is its prior value
+        garbage = args.pop(0).view(np.uint8)
     tile.mem.write(out_at, garbage, 8)
     regs = {2: out_at, 11: STACK_TOP}
     for i, a in enumerate(args):
@@ -174,6 +176,8 @@ def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generat
         regs[3] = unit.nbytes
     result = tile.call(unit.entry, regs)
     got = tile.mem.read(out_at, unit.nbytes, 8).view(dtype)
+    if unit.kind == "reduce_add":
+        args.insert(0, garbage.view(dtype))
     want = unit.reference(args)
     if unit.dtype == "bytes":
         err = np.abs(got.astype(np.int64) - want.astype(np.int64))
@@ -198,11 +202,16 @@ def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generat
 def _elementwise_model(unit: ElementwiseUnit) -> int:
     """The cost model's cycles for this unit's call (low/costs.py), for comparison only."""
     from ipu_stack.low import costs
-    from ipu_stack.low.program import CopyCall, FillCall, MapCall, Ref, View
+    from ipu_stack.low.program import AddCall, CopyCall, FillCall, MapCall, Ref, View
 
     if unit.kind == "copy":
         return costs.copy_call_cycles(CopyCall(0, Ref("o"), Ref("s"), unit.nbytes))
     if unit.kind == "fill_zero":
         return costs.copy_call_cycles(FillCall(0, Ref("o"), unit.nbytes))
+    if unit.kind == "reduce_add":
+        parts = tuple(Ref(f"p{i}") for i in range(unit.parts))
+        return costs.add_call_cycles(
+            AddCall(0, Ref("o"), parts, unit.count, ipu21.precision(unit.dtype))
+        )
     view = View(Ref("o"), 1, unit.count, unit.nbytes, unit.dtype)
     return costs.map_call_cycles(MapCall(0, unit.kind, view, (view, view)))

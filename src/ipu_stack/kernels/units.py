@@ -2,7 +2,9 @@
 
 A unit name fixes everything the template needs (kernels/templates/elementwise.S):
 ``add_{f16|f32}_n{N}``, ``mul_{f16|f32}_n{N}`` (N elements, N * bytes a multiple of 8),
-``copy_b{N}`` and ``fill_zero_b{N}`` (N bytes, a multiple of 8). Each unit's semantics are
+``copy_b{N}`` and ``fill_zero_b{N}`` (N bytes, a multiple of 8); and
+``reduce_add_{f16|f32}_p{P}_n{N}`` (kernels/templates/reduce_add.S: ``out += sum`` of P
+partials, f32 sum rounded once, the registry's reduce_add). Each unit's semantics are
 the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic rounded once;
 copy and fill move or zero bytes), restated here as NumPy on arrays.
 """
@@ -20,8 +22,10 @@ from ipu_stack.kernels.registry import ENTRY_PREFIX, TEMPLATE_DIR
 
 ELEMENTWISE_TEMPLATE = TEMPLATE_DIR / "elementwise.S"
 _NAME = re.compile(
-    r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+))$"
+    r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+)"
+    r"|reduce_add_(?P<rp>f16|f32)_p(?P<parts>\d+)_n(?P<rn>\d+))$"
 )
+REDUCE_TEMPLATE = TEMPLATE_DIR / "reduce_add.S"
 _OPS = {"add": 1, "mul": 2, "copy": 3, "fill_zero": 4}
 MAX_ATOMS = 65530  # the workers divide by 6 exactly below 2**16 (elementwise.S)
 
@@ -33,11 +37,12 @@ class ElementwiseUnit:
     name: str
     kind: str  # add | mul | copy | fill_zero
     dtype: str  # f16 | f32 | bytes
-    count: int  # elements (add/mul) or bytes (copy/fill)
+    count: int  # elements (add/mul/reduce_add) or bytes (copy/fill)
+    parts: int = 0  # reduce_add: partial inputs
 
     @property
     def source(self) -> Path:
-        return ELEMENTWISE_TEMPLATE
+        return REDUCE_TEMPLATE if self.kind == "reduce_add" else ELEMENTWISE_TEMPLATE
 
     @property
     def nbytes(self) -> int:
@@ -49,6 +54,10 @@ class ElementwiseUnit:
 
     def flags(self) -> list[str]:
         """The ``-D`` flags specialising the template to this unit."""
+        if self.kind == "reduce_add":
+            out = [f"-DRA_INPUTS={self.parts}", f"-DRA_ATOMS={self.nbytes // 8}",
+                   f"-DRA_SYMBOL={self.entry}"]  # fmt: skip
+            return [*out, "-DRA_F32=1"] if self.dtype == "f32" else out
         out = [f"-DEW_OP={_OPS[self.kind]}", f"-DEW_ATOMS={self.nbytes // 8}",
                f"-DEW_SYMBOL={self.entry}"]  # fmt: skip
         if self.dtype == "f32":
@@ -57,7 +66,7 @@ class ElementwiseUnit:
 
     @property
     def inputs(self) -> int:
-        return {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0}[self.kind]
+        return {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0}.get(self.kind, self.parts + 1)
 
     def reference(self, args: list[np.ndarray]) -> np.ndarray:
         """NumPy semantics on the operands (arrays of ``dtype``; bytes as uint8)."""
@@ -65,6 +74,11 @@ class ElementwiseUnit:
             return args[0].copy()
         if self.kind == "fill_zero":
             return np.zeros(self.count, np.uint8)
+        if self.kind == "reduce_add":  # args: the prior output, then the partials
+            total = args[0].astype(np.float32)
+            for x in args[1:]:
+                total += x.astype(np.float32)
+            return total.astype(args[0].dtype)
         a, b = (x.astype(np.float32) for x in args)
         r = a + b if self.kind == "add" else a * b
         return r.astype(np.dtype(np.float16 if self.dtype == "f16" else np.float32))
@@ -80,9 +94,13 @@ def parse_unit(name: str) -> ElementwiseUnit:
     if not m:
         raise GraphError(
             f"{name!r} is not an elementwise unit name "
-            "(add|mul_{f16|f32}_nN, copy_bN, fill_zero_bN)"
+            "(add|mul_{f16|f32}_nN, copy_bN, fill_zero_bN, reduce_add_{f16|f32}_pP_nN)"
         )
-    if m["op"]:
+    if m["rp"]:
+        unit = ElementwiseUnit(name, "reduce_add", m["rp"], int(m["rn"]), int(m["parts"]))
+        if not 1 <= unit.parts <= 6:
+            raise GraphError(f"unit {name}: {unit.parts} partials, the template takes 1..6")
+    elif m["op"]:
         unit = ElementwiseUnit(name, m["op"], m["p"], int(m["n"]))
     else:
         unit = ElementwiseUnit(name, m["mv"], "bytes", int(m["b"]))

@@ -2,9 +2,9 @@
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
 whose kernel has device code (F16/F8 GEMMs; contiguous, equal-shape add/mul; 8-byte copies
-and fills) runs its unit's assembly on :class:`ipu_stack.isa.Tile` over the tile's memory
+and fills; reduce-add of up to six partials) runs its unit's assembly on :class:`ipu_stack.isa.Tile` over the tile's memory
 bytes, in place; any other call (F32 GEMM, GeLU, casts, layer norm, softmax, attention,
-broadcast forms, reduce-add) keeps its NumPy semantics and is counted as ``modelled``. The
+broadcast forms) keeps its NumPy semantics and is counted as ``modelled``. The
 simulator clock still advances by the cost model; the emulated cycles are reported next to
 it per kernel unit. GEMM calls run the single-row-count unit of their row count
 (``gemm_..._rR_rR``), whose entry code is that of the paired unit the package lists.
@@ -18,7 +18,7 @@ from typing import Any
 from ipu_stack.isa import Memory, Tile, load_unit
 from ipu_stack.kernels import registry
 from ipu_stack.kernels.units import parse_unit
-from ipu_stack.low.program import CopyCall, FillCall, GemmCall, KernelCall, MapCall
+from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.target import ipu21
 
 STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
@@ -84,6 +84,17 @@ class EmulatedKernels:
             regs = {2: address(call.dst, call.size, 8, kind)}
             if isinstance(call, CopyCall):
                 regs[3] = address(call.src, call.size, 8, "copy source")
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, AddCall):
+            eb = call.precision.element_bytes
+            n = call.elements * eb
+            if n % 8 or not 1 <= len(call.inputs) <= 6 or call.precision is ipu21.F8:
+                return None
+            p = call.precision.name
+            unit = parse_unit(f"reduce_add_{p}_p{len(call.inputs)}_n{call.elements}")
+            regs = {2: address(call.out, n, 8, "reduce_add output")}
+            for i, ref in enumerate(call.inputs):
+                regs[3 + i] = address(ref, n, 8, f"reduce_add input {i}")
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
         if isinstance(call, MapCall) and call.kind in ("add", "mul"):
             out = call.out
