@@ -1,13 +1,14 @@
 """``run --kernels emulate``: kernel calls executed by their device code on the ISA emulator.
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
-whose kernel has device code (F16/F8 GEMMs; contiguous, equal-shape add/mul; 8-byte copies
-and fills; reduce-add of up to six partials) runs its unit's assembly on :class:`ipu_stack.isa.Tile` over the tile's memory
-bytes, in place; any other call (F32 GEMM, GeLU, casts, layer norm, softmax, attention,
-broadcast forms) keeps its NumPy semantics and is counted as ``modelled``. The
-simulator clock still advances by the cost model; the emulated cycles are reported next to
-it per kernel unit. GEMM calls run the single-row-count unit of their row count
-(``gemm_..._rR_rR``), whose entry code is that of the paired unit the package lists.
+whose kernel has device code (F16/F8 GEMMs; contiguous, equal-shape add/mul; 8-byte copies and
+fills; reduce-add of up to six partials) runs its unit's assembly on
+:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
+GeLU, casts, layer norm, softmax, attention, broadcast forms) keeps its NumPy semantics and is
+counted as ``modelled``. The simulator clock still advances by the cost model; the emulated
+cycles are reported next to it per kernel unit. GEMM calls run the single-row-count unit of
+their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit the package
+lists.
 """
 
 from __future__ import annotations
