@@ -28,6 +28,8 @@ from ipu_stack.kernels.registry import TEMPLATE_DIR  # noqa: E402
 
 GEMM = "gemm_amp.S"
 EW = "elementwise.S"
+RA = "reduce_add.S"
+CAST = "cast.S"
 G_IL = "gemm_f16_interleaved_k32_c48_r20_r25"  # two row counts, 2 K groups, 3 column groups
 G_STD = "gemm_f16_k32_c32_r19_r19"
 G_F8 = "gemm_f8_interleaved_k64_c32_r20_r20"

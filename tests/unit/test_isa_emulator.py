@@ -28,6 +28,10 @@ GEMM = TEMPLATE_DIR / "gemm_amp.S"
         "mul_f32_n998",
         "copy_b1000",
         "fill_zero_b64",
+        "reduce_add_f16_p3_n200",
+        "reduce_add_f32_p1_n62",
+        "cast_f16_f32_n100",
+        "cast_f32_f16_n100",
     ],
 )
 def test_device_code_matches_semantics(unit):

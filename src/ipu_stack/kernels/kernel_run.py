@@ -157,7 +157,8 @@ def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generat
     if unit.dtype == "bytes":
         args = [rng.integers(0, 256, unit.count, dtype=np.uint8) for _ in range(unit.inputs)]
     else:
-        args = [rng.uniform(-2, 2, unit.count).astype(dtype) for _ in range(unit.inputs)]
+        in_dtype = np.dtype(np.float16 if unit.input_dtype == "f16" else np.float32)
+        args = [rng.uniform(-2, 2, unit.count).astype(in_dtype) for _ in range(unit.inputs)]
     tile = Tile(program)
     tile.max_cycles = 100_000 + 20 * _elementwise_model(unit)  # a runaway loop is a fault
     out_at = placer.take("standard", unit.nbytes)
@@ -214,4 +215,8 @@ def _elementwise_model(unit: ElementwiseUnit) -> int:
             AddCall(0, Ref("o"), parts, unit.count, ipu21.precision(unit.dtype))
         )
     view = View(Ref("o"), 1, unit.count, unit.nbytes, unit.dtype)
+    if unit.kind == "cast":
+        eb = 2 if unit.input_dtype == "f16" else 4
+        src = View(Ref("i"), 1, unit.count, unit.count * eb, unit.input_dtype)
+        return costs.map_call_cycles(MapCall(0, "cast", view, (src,)))
     return costs.map_call_cycles(MapCall(0, unit.kind, view, (view, view)))

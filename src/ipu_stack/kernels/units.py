@@ -4,7 +4,8 @@ A unit name fixes everything the template needs (kernels/templates/elementwise.S
 ``add_{f16|f32}_n{N}``, ``mul_{f16|f32}_n{N}`` (N elements, N * bytes a multiple of 8),
 ``copy_b{N}`` and ``fill_zero_b{N}`` (N bytes, a multiple of 8); and
 ``reduce_add_{f16|f32}_p{P}_n{N}`` (kernels/templates/reduce_add.S: ``out += sum`` of P
-partials, f32 sum rounded once, the registry's reduce_add). Each unit's semantics are
+partials, f32 sum rounded once, the registry's reduce_add); ``cast_{f16_f32|f32_f16}_n{N}``
+(kernels/templates/cast.S, N a multiple of 4; ``dtype`` is the output's). Each unit's semantics are
 the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic rounded once;
 copy and fill move or zero bytes), restated here as NumPy on arrays.
 """
@@ -23,8 +24,10 @@ from ipu_stack.kernels.registry import ENTRY_PREFIX, TEMPLATE_DIR
 ELEMENTWISE_TEMPLATE = TEMPLATE_DIR / "elementwise.S"
 _NAME = re.compile(
     r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+)"
-    r"|reduce_add_(?P<rp>f16|f32)_p(?P<parts>\d+)_n(?P<rn>\d+))$"
+    r"|reduce_add_(?P<rp>f16|f32)_p(?P<parts>\d+)_n(?P<rn>\d+)"
+    r"|cast_(?P<cs>f16_f32|f32_f16)_n(?P<cn>\d+))$"
 )
+CAST_TEMPLATE = TEMPLATE_DIR / "cast.S"
 REDUCE_TEMPLATE = TEMPLATE_DIR / "reduce_add.S"
 _OPS = {"add": 1, "mul": 2, "copy": 3, "fill_zero": 4}
 MAX_ATOMS = 65530  # the workers divide by 6 exactly below 2**16 (elementwise.S)
@@ -42,7 +45,13 @@ class ElementwiseUnit:
 
     @property
     def source(self) -> Path:
+        if self.kind == "cast":
+            return CAST_TEMPLATE
         return REDUCE_TEMPLATE if self.kind == "reduce_add" else ELEMENTWISE_TEMPLATE
+
+    @property
+    def dtype_numpy(self) -> str:
+        return {"f16": "float16", "f32": "float32"}.get(self.dtype, "uint8")
 
     @property
     def nbytes(self) -> int:
@@ -54,6 +63,10 @@ class ElementwiseUnit:
 
     def flags(self) -> list[str]:
         """The ``-D`` flags specialising the template to this unit."""
+        if self.kind == "cast":
+            to_f32 = int(self.dtype == "f32")
+            return [f"-DCAST_TO_F32={to_f32}", f"-DCAST_GROUPS={self.count // 4}",
+                    f"-DCAST_SYMBOL={self.entry}"]  # fmt: skip
         if self.kind == "reduce_add":
             out = [f"-DRA_INPUTS={self.parts}", f"-DRA_ATOMS={self.nbytes // 8}",
                    f"-DRA_SYMBOL={self.entry}"]  # fmt: skip
@@ -66,7 +79,14 @@ class ElementwiseUnit:
 
     @property
     def inputs(self) -> int:
-        return {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0}.get(self.kind, self.parts + 1)
+        fixed = {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0, "cast": 1}
+        return fixed.get(self.kind, self.parts + 1)
+
+    @property
+    def input_dtype(self) -> str:
+        if self.kind == "cast":
+            return "f16" if self.dtype == "f32" else "f32"
+        return self.dtype
 
     def reference(self, args: list[np.ndarray]) -> np.ndarray:
         """NumPy semantics on the operands (arrays of ``dtype``; bytes as uint8)."""
@@ -74,6 +94,8 @@ class ElementwiseUnit:
             return args[0].copy()
         if self.kind == "fill_zero":
             return np.zeros(self.count, np.uint8)
+        if self.kind == "cast":
+            return args[0].astype(np.float32).astype(np.dtype(self.dtype_numpy))
         if self.kind == "reduce_add":  # args: the prior output, then the partials
             total = args[0].astype(np.float32)
             for x in args[1:]:
@@ -94,9 +116,14 @@ def parse_unit(name: str) -> ElementwiseUnit:
     if not m:
         raise GraphError(
             f"{name!r} is not an elementwise unit name "
-            "(add|mul_{f16|f32}_nN, copy_bN, fill_zero_bN, reduce_add_{f16|f32}_pP_nN)"
+            "(add|mul_{f16|f32}_nN, copy_bN, fill_zero_bN, reduce_add_{f16|f32}_pP_nN, "
+            "cast_{f16_f32|f32_f16}_nN)"
         )
-    if m["rp"]:
+    if m["cs"]:
+        unit = ElementwiseUnit(name, "cast", m["cs"][4:], int(m["cn"]))
+        if unit.count % 4:
+            raise GraphError(f"unit {name}: {unit.count} elements must be a multiple of 4")
+    elif m["rp"]:
         unit = ElementwiseUnit(name, "reduce_add", m["rp"], int(m["rn"]), int(m["parts"]))
         if not 1 <= unit.parts <= 6:
             raise GraphError(f"unit {name}: {unit.parts} partials, the template takes 1..6")

@@ -4,7 +4,7 @@
 whose kernel has device code (F16/F8 GEMMs; contiguous, equal-shape add/mul; 8-byte copies and
 fills; reduce-add of up to six partials) runs its unit's assembly on
 :class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
-GeLU, casts, layer norm, softmax, attention, broadcast forms) keeps its NumPy semantics and is
+GeLU, F8 casts, layer norm, softmax, attention, broadcast forms) keeps its NumPy semantics and is
 counted as ``modelled``. The simulator clock still advances by the cost model; the emulated
 cycles are reported next to it per kernel unit. GEMM calls run the single-row-count unit of
 their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit the package
@@ -96,6 +96,24 @@ class EmulatedKernels:
             regs = {2: address(call.out, n, 8, "reduce_add output")}
             for i, ref in enumerate(call.inputs):
                 regs[3 + i] = address(ref, n, 8, f"reduce_add input {i}")
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and call.kind == "cast":
+            src, out = call.inputs[0], call.out
+            pair = (src.dtype, out.dtype)
+            if pair not in (("f16", "f32"), ("f32", "f16")) or (src.rows, src.cols) != (
+                out.rows,
+                out.cols,
+            ):
+                return None
+            if call.attr("source_scale_exponent") or (out.rows * out.cols) % 4:
+                return None
+            n = out.rows * out.cols
+            in_eb, out_eb = (2, 4) if src.dtype == "f16" else (4, 2)
+            if src.stride != out.cols * in_eb or out.stride != out.cols * out_eb:
+                return None
+            unit = parse_unit(f"cast_{src.dtype}_{out.dtype}_n{n}")
+            regs = {2: address(out.ref, n * out_eb, 8, "cast output"),
+                    3: address(src.ref, n * in_eb, 8, "cast input")}  # fmt: skip
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
         if isinstance(call, MapCall) and call.kind in ("add", "mul"):
             out = call.out
