@@ -30,6 +30,8 @@ GEMM = "gemm_amp.S"
 EW = "elementwise.S"
 RA = "reduce_add.S"
 CAST = "cast.S"
+RA = "reduce_add.S"
+CAST = "cast.S"
 G_IL = "gemm_f16_interleaved_k32_c48_r20_r25"  # two row counts, 2 K groups, 3 column groups
 G_STD = "gemm_f16_k32_c32_r19_r19"
 G_F8 = "gemm_f8_interleaved_k64_c32_r20_r20"
@@ -361,6 +363,86 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         "operands swapped in frame",
         "st32 $m3, $m11, $mzero, FRAME_A",
         "st32 $m4, $m11, $mzero, FRAME_A",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f16_p3_n200",
+        "prior output not added",
+        "f16v2tof32 $a2:3, $a0\n }\n {\n  nop\n  f16v2tof32 $a4:5, $a1",
+        "f16v2tof32 $a2:3, $azero\n }\n {\n  nop\n  f16v2tof32 $a4:5, $a1",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f16_p3_n200",
+        "one partial dropped",
+        " .set RA_INPUTS_LEFT, RA_INPUTS\n",
+        " .set RA_INPUTS_LEFT, RA_INPUTS - 1\n",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f16_p3_n200",
+        "high halves added to low",
+        "f32v2add $a4:5, $a4:5, $a6:7",
+        "f32v2add $a2:3, $a2:3, $a6:7",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f16_p3_n200",
+        "input register repeated",
+        ".irp reg, $m1, $m2, $m6",
+        ".irp reg, $m1, $m1, $m6",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f32_p2_n200",
+        "rpt body one short",
+        "rpt $m5, BODY - 1",
+        "rpt $m5, BODY - 2",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f32_p2_n200",
+        "frame input 1 not stored",
+        " st32 $m4, $m11, $mzero, FRAME_IN + 1\n",
+        "",
+        0,
+    ),
+    (
+        CAST,
+        "cast_f16_f32_n1000",
+        "output stride 6 atoms",
+        "st64step $a4:5, $m3, $m6+=, 2 * WORKER_CONTEXTS - 1",
+        "st64step $a4:5, $m3, $m6+=, WORKER_CONTEXTS",
+        0,
+    ),
+    (
+        CAST,
+        "cast_f16_f32_n1000",
+        "halves swapped",
+        "f16v2tof32 $a2:3, $a0\n",
+        "f16v2tof32 $a2:3, $a1\n",
+        0,
+    ),
+    (
+        CAST,
+        "cast_f32_f16_n1000",
+        "second input atom offset",
+        "ld64step $a0:1, $m1, $m4+=, 1",
+        "ld64step $a0:1, $m1, $m4+=, 2",
+        0,
+    ),
+    (
+        CAST,
+        "cast_f32_f16_n1000",
+        "worker output start",
+        "shl $m6, $m0, 3               // output: one atom",
+        "shl $m6, $m0, 4               // output: one atom",
         0,
     ),
 ]

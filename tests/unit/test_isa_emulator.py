@@ -138,3 +138,26 @@ def test_emulated_gemm_is_not_the_model():
     b = kernel_run("gemm_f16_interleaved_k32_c16_r24_r24")["entries"][0]["emulated_cycles"]
     assert 1.7 < b / a < 2.1
     assert np.isfinite(a)
+
+
+@pytest.mark.parametrize("name", ["add_f16_n7", "nonsense", "gemm_f16_k33_c16_r1_r1",
+                                  "reduce_add_f16_p7_n8", "cast_f16_f32_n6"])  # fmt: skip
+def test_bad_unit_names_are_graph_errors(name):
+    from ipu_stack.errors import GraphError
+
+    with pytest.raises(GraphError):
+        kernel_run(name)
+
+
+def test_mutation_suite_edits_apply_to_the_templates():
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "benchmarks" / "kernel_mutations.py"
+    spec = importlib.util.spec_from_file_location("kernel_mutations", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert len(module.MUTANTS) >= 40
+    for template, _unit, _what, old, new, occurrence in module.MUTANTS:
+        text = (TEMPLATE_DIR / template).read_text()
+        assert module._mutate(text, old, new, occurrence) != text
