@@ -29,6 +29,7 @@ from ipu_stack.kernels.registry import TEMPLATE_DIR  # noqa: E402
 GEMM = "gemm_amp.S"
 EW = "elementwise.S"
 RA = "reduce_add.S"
+GT = "gelu_tanh.S"
 CAST = "cast.S"
 RA = "reduce_add.S"
 CAST = "cast.S"
@@ -443,6 +444,38 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         "worker output start",
         "shl $m6, $m0, 3               // output: one atom",
         "shl $m6, $m0, 4               // output: one atom",
+        0,
+    ),
+    (
+        GT,
+        "gelu_tanh_f16_n1000",
+        "c1 constant bit flipped",
+        ".set C1_BITS, 0x3D372713",
+        ".set C1_BITS, 0x3D372717",
+        0,
+    ),
+    (
+        GT,
+        "gelu_tanh_f16_n1000",
+        "tanh of the wrong lane",
+        "f32tanh $a7, $a7",
+        "f32tanh $a7, $a6",
+        0,
+    ),
+    (
+        GT,
+        "gelu_tanh_f16_n1000",
+        "x^2 instead of x^3",
+        "f32v2mul $a6:7, $a6:7, \\p\n",
+        "f32v2mul $a6:7, $a6:7, $a12:13\n",
+        0,
+    ),
+    (
+        GT,
+        "gelu_tanh_f16_n1000",
+        "half constant slot",
+        "ld64 $a12:13, $mvertex_base, $mzero, FRAME_HALF",
+        "ld64 $a12:13, $mvertex_base, $mzero, FRAME_C0",
         0,
     ),
 ]

@@ -32,6 +32,7 @@ GEMM = TEMPLATE_DIR / "gemm_amp.S"
         "reduce_add_f32_p1_n62",
         "cast_f16_f32_n100",
         "cast_f32_f16_n100",
+        "gelu_tanh_f16_n200",
     ],
 )
 def test_device_code_matches_semantics(unit):
@@ -161,3 +162,16 @@ def test_mutation_suite_edits_apply_to_the_templates():
     for template, _unit, _what, old, new, occurrence in module.MUTANTS:
         text = (TEMPLATE_DIR / template).read_text()
         assert module._mutate(text, old, new, occurrence) != text
+
+
+def test_gelu_tanh_semantics_against_float64_formula():
+    from ipu_stack.kernels.units import gelu_tanh_reference
+
+    x = np.linspace(-6, 6, 4001).astype(np.float16)
+    x64 = x.astype(np.float64)
+    want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
+    got = gelu_tanh_reference(x).astype(np.float64)
+    ulp = np.spacing(np.maximum(np.abs(want), 2.0**-14).astype(np.float16)).astype(np.float64)
+    # h + h * tanh(.) cancels for negative x: allow a few f32 ulp of h = x / 2 there
+    cancel = 4 * np.spacing((np.abs(x64) / 2).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(got - want) <= 2 * ulp + cancel)

@@ -207,6 +207,13 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "to nearest even, with IEEE subnormals and no exceptions",
         "assumed",
     ),
+    Assumption(
+        "transcendental_accuracy",
+        "numpy-f32",
+        "f32tanh returns NumPy's f32 tanh (correctly rounded in practice); the hardware's "
+        "accuracy is not public",
+        "instruction from Graphcore's public LLVM fork (llvm.colossus.tanh.f32); accuracy assumed",
+    ),
 )
 
 _BY_KEY = {a.key: a for a in ASSUMPTIONS}

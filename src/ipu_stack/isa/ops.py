@@ -365,6 +365,14 @@ def op_convert(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
 
 
+def op_transcendental(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
+    """f32tanh: tanh of one f32 (assumption transcendental_accuracy)."""
+    x = _a_words(c, ins.operands[1], 1).view(np.float32)
+    with np.errstate(all="ignore"):
+        r = np.tanh(x).astype(np.float32)
+    e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
+
+
 OPS: dict[str, Op] = {
     **{name: op_alu for name in _ALU},
     "setzi": op_set,
@@ -386,6 +394,7 @@ OPS: dict[str, Op] = {
     **{name: op_vector for name in _VEC},
     "f16v2tof32": op_convert,
     "f32v2tof16": op_convert,
+    "f32tanh": op_transcendental,
 }  # fmt: skip
 
 #: instructions that may not appear in a rpt body (facts §16.3 rpt: control and system)

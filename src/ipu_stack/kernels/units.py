@@ -5,8 +5,10 @@ A unit name fixes everything the template needs (kernels/templates/elementwise.S
 ``copy_b{N}`` and ``fill_zero_b{N}`` (N bytes, a multiple of 8); and
 ``reduce_add_{f16|f32}_p{P}_n{N}`` (kernels/templates/reduce_add.S: ``out += sum`` of P
 partials, f32 sum rounded once, the registry's reduce_add); ``cast_{f16_f32|f32_f16}_n{N}``
-(kernels/templates/cast.S, N a multiple of 4; ``dtype`` is the output's). Each unit's semantics are
-the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic rounded once;
+(kernels/templates/cast.S, N a multiple of 4; ``dtype`` is the output's);
+``gelu_tanh_f16_n{N}`` (kernels/templates/gelu_tanh.S, N a multiple of 4; semantics
+:func:`gelu_tanh_reference`, to be registered with the registry's tanh GeLU). Each unit's
+semantics are the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic rounded once;
 copy and fill move or zero bytes), restated here as NumPy on arrays.
 """
 
@@ -25,8 +27,9 @@ ELEMENTWISE_TEMPLATE = TEMPLATE_DIR / "elementwise.S"
 _NAME = re.compile(
     r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+)"
     r"|reduce_add_(?P<rp>f16|f32)_p(?P<parts>\d+)_n(?P<rn>\d+)"
-    r"|cast_(?P<cs>f16_f32|f32_f16)_n(?P<cn>\d+))$"
+    r"|cast_(?P<cs>f16_f32|f32_f16)_n(?P<cn>\d+)|gelu_tanh_f16_n(?P<gn>\d+))$"
 )
+GELU_TANH_TEMPLATE = TEMPLATE_DIR / "gelu_tanh.S"
 CAST_TEMPLATE = TEMPLATE_DIR / "cast.S"
 REDUCE_TEMPLATE = TEMPLATE_DIR / "reduce_add.S"
 _OPS = {"add": 1, "mul": 2, "copy": 3, "fill_zero": 4}
@@ -47,6 +50,8 @@ class ElementwiseUnit:
     def source(self) -> Path:
         if self.kind == "cast":
             return CAST_TEMPLATE
+        if self.kind == "gelu_tanh":
+            return GELU_TANH_TEMPLATE
         return REDUCE_TEMPLATE if self.kind == "reduce_add" else ELEMENTWISE_TEMPLATE
 
     @property
@@ -63,6 +68,8 @@ class ElementwiseUnit:
 
     def flags(self) -> list[str]:
         """The ``-D`` flags specialising the template to this unit."""
+        if self.kind == "gelu_tanh":
+            return [f"-DGT_GROUPS={self.count // 4}", f"-DGT_SYMBOL={self.entry}"]
         if self.kind == "cast":
             to_f32 = int(self.dtype == "f32")
             return [f"-DCAST_TO_F32={to_f32}", f"-DCAST_GROUPS={self.count // 4}",
@@ -79,7 +86,7 @@ class ElementwiseUnit:
 
     @property
     def inputs(self) -> int:
-        fixed = {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0, "cast": 1}
+        fixed = {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0, "cast": 1, "gelu_tanh": 1}
         return fixed.get(self.kind, self.parts + 1)
 
     @property
@@ -94,6 +101,8 @@ class ElementwiseUnit:
             return args[0].copy()
         if self.kind == "fill_zero":
             return np.zeros(self.count, np.uint8)
+        if self.kind == "gelu_tanh":
+            return gelu_tanh_reference(args[0])
         if self.kind == "cast":
             return args[0].astype(np.float32).astype(np.dtype(self.dtype_numpy))
         if self.kind == "reduce_add":  # args: the prior output, then the partials
@@ -104,6 +113,20 @@ class ElementwiseUnit:
         a, b = (x.astype(np.float32) for x in args)
         r = a + b if self.kind == "add" else a * b
         return r.astype(np.dtype(np.float16 if self.dtype == "f16" else np.float32))
+
+
+def gelu_tanh_reference(x: np.ndarray) -> np.ndarray:
+    """Tanh GeLU in f32, in the device's order, rounded once to ``x``'s dtype.
+
+    ``h + h * tanh(c0 * (x + c1 * x**3))`` with ``h = x / 2``, ``c0 = sqrt(2 / pi)`` and
+    ``c1 = 0.044715`` (each operation rounded to f32, as the f32v2 instructions do).
+    """
+    x32 = x.astype(np.float32)
+    c0, c1, half = np.float32(np.sqrt(2 / np.pi)), np.float32(0.044715), np.float32(0.5)
+    inner = ((x32 * x32) * x32) * c1 + x32
+    t = np.tanh(inner * c0).astype(np.float32)
+    h = x32 * half
+    return (h + t * h).astype(x.dtype)
 
 
 def parse_unit(name: str) -> ElementwiseUnit:
@@ -117,9 +140,13 @@ def parse_unit(name: str) -> ElementwiseUnit:
         raise GraphError(
             f"{name!r} is not an elementwise unit name "
             "(add|mul_{f16|f32}_nN, copy_bN, fill_zero_bN, reduce_add_{f16|f32}_pP_nN, "
-            "cast_{f16_f32|f32_f16}_nN)"
+            "cast_{f16_f32|f32_f16}_nN, gelu_tanh_f16_nN)"
         )
-    if m["cs"]:
+    if m["gn"]:
+        unit = ElementwiseUnit(name, "gelu_tanh", "f16", int(m["gn"]))
+        if unit.count % 4:
+            raise GraphError(f"unit {name}: {unit.count} elements must be a multiple of 4")
+    elif m["cs"]:
         unit = ElementwiseUnit(name, "cast", m["cs"][4:], int(m["cn"]))
         if unit.count % 4:
             raise GraphError(f"unit {name}: {unit.count} elements must be a multiple of 4")
