@@ -8,8 +8,8 @@ partials, f32 sum rounded once, the registry's reduce_add); ``cast_{f16_f32|f32_
 (kernels/templates/cast.S, N a multiple of 4; ``dtype`` is the output's);
 ``gelu_tanh_f16_n{N}`` (kernels/templates/gelu_tanh.S, N a multiple of 4; semantics
 :func:`gelu_tanh_reference`, to be registered with the registry's tanh GeLU). Each unit's
-semantics are the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic rounded once;
-copy and fill move or zero bytes), restated here as NumPy on arrays.
+semantics are the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic
+rounded once; copy and fill move or zero bytes), restated here as NumPy on arrays.
 """
 
 from __future__ import annotations
