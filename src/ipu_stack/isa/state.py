@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -66,6 +67,7 @@ class Context:
         self.acc_done = deque(np.full(16, fill, np.float32) for _ in range(AMP_PIPELINE_ROWS))
 
 
+@cache
 def mreg(name: str) -> int:
     """MRF index of ``$mN`` or an alias."""
     name = name.removesuffix("+=")
@@ -74,6 +76,7 @@ def mreg(name: str) -> int:
     return int(name[2:])
 
 
+@cache
 def areg(name: str) -> int:
     """ARF index of the first register of ``$aN``, ``$aN:M`` or an alias (``$azeros`` -> 15)."""
     if name in ARF_ALIASES or name == "$azeros":
@@ -81,6 +84,7 @@ def areg(name: str) -> int:
     return int(name[2:].split(":")[0])
 
 
+@cache
 def mpair(name: str) -> int:
     return int(name.removesuffix("+=")[2:].split(":")[0])
 
