@@ -29,6 +29,7 @@ from ipu_stack.kernels.registry import TEMPLATE_DIR  # noqa: E402
 GEMM = "gemm_amp.S"
 EW = "elementwise.S"
 RA = "reduce_add.S"
+BC = "broadcast.S"
 GT = "gelu_tanh.S"
 CAST = "cast.S"
 RA = "reduce_add.S"
@@ -476,6 +477,62 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         "half constant slot",
         "ld64 $a12:13, $mvertex_base, $mzero, FRAME_HALF",
         "ld64 $a12:13, $mvertex_base, $mzero, FRAME_C0",
+        0,
+    ),
+    (
+        BC,
+        "add_f16_rowbcast_r20_c64",
+        "vector offset not reset per row",
+        " zero $m7 ",
+        " add $m7, $m7, 0 ",
+        0,
+    ),
+    (
+        BC,
+        "add_f16_rowbcast_r20_c64",
+        "row stride of one worker",
+        "add $m6, $m6, WORKER_CONTEXTS * ROW_BYTES",
+        "add $m6, $m6, ROW_BYTES",
+        0,
+    ),
+    (
+        BC,
+        "add_f16_rowbcast_r20_c64",
+        "vector walks two atoms",
+        "ld64step $a2:3, $m2, $m7+=, 1",
+        "ld64step $a2:3, $m2, $m7+=, 2",
+        0,
+    ),
+    (
+        BC,
+        "mul_f32_rowbcast_r20_c32",
+        "mul reads a twice",
+        "ld64step $a2:3, $m2, $m7+=, 1",
+        "ld64step $a2:3, $m1, $m7+=, 1",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f16_p15_n64",
+        "table walk skips an entry",
+        "ld32step $m1, $mzero, $m9+=, 1",
+        "ld32step $m1, $mzero, $m9+=, 2",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f16_p15_n64",
+        "one partial short",
+        " setzi $m10, RA_INPUTS\n",
+        " setzi $m10, RA_INPUTS - 1\n",
+        0,
+    ),
+    (
+        RA,
+        "reduce_add_f32_p9_n64",
+        "atom stride 5",
+        " add $m4, $m4, 8 * WORKER_CONTEXTS\n",
+        " add $m4, $m4, 8 * 5\n",
         0,
     ),
 ]

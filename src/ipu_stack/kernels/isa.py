@@ -73,6 +73,7 @@ _TABLE: dict[str, tuple] = {
     "ld64": _i(("a2", "m", "m", "mi"), context=WORKER),
     "st64": _i(("a2", "m", "m", "mi"), context=WORKER),
     "ld64step": _i(("a2", "m", "m+=", "mi"), context=WORKER, source="facts §16.3"),
+    "ld32step": _i(("m", "m", "m+=", "mi"), context=WORKER, source="facts §16.3 (ld64step)"),
     "st64step": _i(("a2", "m", "m+=", "mi"), context=WORKER, source="facts §16.3 (ld64step)"),
     **{op: _i(("a2", "a2", "a2"), context=WORKER, source="Tile Vertex ISA vector arithmetic")
        for op in ("f16v4add", "f16v4mul", "f32v2add", "f32v2mul")},

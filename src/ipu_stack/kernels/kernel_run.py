@@ -35,9 +35,12 @@ class _Placer:
     def __init__(self) -> None:
         self.next = {"standard": STANDARD_DATA, "interleaved": INTERLEAVED_DATA}
 
-    def take(self, region: str, size: int, align: int = 32) -> int:
+    def take(self, region: str, size: int, align: int = 32, packed: bool = False) -> int:
+        """An address for ``size`` bytes; the next operand starts in a new memory element
+        unless ``packed`` (operands without element relations)."""
         region = "interleaved" if region == "interleaved" else "standard"
         step = ipu21.INTERLEAVED_ELEMENT_BYTES if region == "interleaved" else ipu21.ELEMENT_BYTES
+        step = 64 if packed else step
         address = -(-self.next[region] // align) * align
         self.next[region] = -(-(address + size) // step) * step
         limit = STACK_TOP - 0x1000 if region == "standard" else ipu21.LOADER_LIMIT
@@ -158,19 +161,28 @@ def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generat
         args = [rng.integers(0, 256, unit.count, dtype=np.uint8) for _ in range(unit.inputs)]
     else:
         in_dtype = np.dtype(np.float16 if unit.input_dtype == "f16" else np.float32)
-        args = [rng.uniform(-2, 2, unit.count).astype(in_dtype) for _ in range(unit.inputs)]
+        sizes = [unit.rows * unit.count] * unit.inputs
+        if unit.broadcast:
+            sizes[1] = unit.count
+        args = [rng.uniform(-2, 2, n).astype(in_dtype) for n in sizes]
     tile = Tile(program)
     tile.max_cycles = 100_000 + 20 * _elementwise_model(unit)  # a runaway loop is a fault
-    out_at = placer.take("standard", unit.nbytes)
+    out_at = placer.take("standard", unit.nbytes, packed=True)
     garbage = rng.integers(0, 256, unit.nbytes, dtype=np.uint8)
     if unit.kind == "reduce_add":  # the output is read: args[0] is its prior value
         garbage = args.pop(0).view(np.uint8)
     tile.mem.write(out_at, garbage, 8)
     regs = {2: out_at, 11: STACK_TOP}
-    for i, a in enumerate(args):
-        at = placer.take("standard", a.nbytes)
-        tile.mem.write(at, a.view(np.uint8), 8)
-        regs[3 + i] = at
+    addresses = []
+    for a in args:
+        addresses.append(placer.take("standard", a.nbytes, packed=True))
+        tile.mem.write(addresses[-1], a.view(np.uint8), 8)
+    if unit.table:  # more than six partials: $m3 points at their addresses
+        table = np.array(addresses, np.uint32)
+        regs[3] = placer.take("standard", table.nbytes, packed=True)
+        tile.mem.write(regs[3], table.view(np.uint8), 4)
+    else:
+        regs.update({3 + i: at for i, at in enumerate(addresses)})
     if unit.kind == "copy":
         regs[4] = unit.nbytes
     if unit.kind == "fill_zero":
@@ -214,7 +226,10 @@ def _elementwise_model(unit: ElementwiseUnit) -> int:
         return costs.add_call_cycles(
             AddCall(0, Ref("o"), parts, unit.count, ipu21.precision(unit.dtype))
         )
-    view = View(Ref("o"), 1, unit.count, unit.nbytes, unit.dtype)
+    view = View(Ref("o"), unit.rows, unit.count, unit.nbytes // unit.rows, unit.dtype)
+    if unit.broadcast:
+        row = View(Ref("b"), 1, unit.count, unit.nbytes // unit.rows, unit.dtype)
+        return costs.map_call_cycles(MapCall(0, unit.kind[:3], view, (view, row)))
     if unit.kind == "gelu_tanh":  # the model has one GeLU cost (the tanh form is not separate)
         return costs.map_call_cycles(MapCall(0, "gelu", view, (view,)))
     if unit.kind == "cast":

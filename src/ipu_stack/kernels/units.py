@@ -6,10 +6,11 @@ A unit name fixes everything the template needs (kernels/templates/elementwise.S
 ``reduce_add_{f16|f32}_p{P}_n{N}`` (kernels/templates/reduce_add.S: ``out += sum`` of P
 partials, f32 sum rounded once, the registry's reduce_add); ``cast_{f16_f32|f32_f16}_n{N}``
 (kernels/templates/cast.S, N a multiple of 4; ``dtype`` is the output's);
-``gelu_tanh_f16_n{N}`` (kernels/templates/gelu_tanh.S, N a multiple of 4; semantics
-:func:`gelu_tanh_reference`, to be registered with the registry's tanh GeLU). Each unit's
-semantics are the registry's (``runtime.sim.map_semantics`` for add/mul: f32 arithmetic
-rounded once; copy and fill move or zero bytes), restated here as NumPy on arrays.
+``{add|mul}_{f16|f32}_rowbcast_r{R}_c{C}`` (kernels/templates/broadcast.S: an [R, C] operand
+and a [1, C] row vector); ``gelu_tanh_f16_n{N}`` (kernels/templates/gelu_tanh.S, N a multiple
+of 4; semantics :func:`gelu_tanh_reference`, to be registered with the registry's tanh GeLU).
+Each unit's semantics are the registry's (``runtime.sim.map_semantics`` for add/mul: f32
+arithmetic rounded once; copy and fill move or zero bytes), restated here as NumPy on arrays.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ ELEMENTWISE_TEMPLATE = TEMPLATE_DIR / "elementwise.S"
 _NAME = re.compile(
     r"^(?:(?P<op>add|mul)_(?P<p>f16|f32)_n(?P<n>\d+)|(?P<mv>copy|fill_zero)_b(?P<b>\d+)"
     r"|reduce_add_(?P<rp>f16|f32)_p(?P<parts>\d+)_n(?P<rn>\d+)"
-    r"|cast_(?P<cs>f16_f32|f32_f16)_n(?P<cn>\d+)|gelu_tanh_f16_n(?P<gn>\d+))$"
+    r"|cast_(?P<cs>f16_f32|f32_f16)_n(?P<cn>\d+)|gelu_tanh_f16_n(?P<gn>\d+)"
+    r"|(?P<bop>add|mul)_(?P<bp>f16|f32)_rowbcast_r(?P<br>\d+)_c(?P<bc>\d+))$"
 )
+BROADCAST_TEMPLATE = TEMPLATE_DIR / "broadcast.S"
 GELU_TANH_TEMPLATE = TEMPLATE_DIR / "gelu_tanh.S"
 CAST_TEMPLATE = TEMPLATE_DIR / "cast.S"
 REDUCE_TEMPLATE = TEMPLATE_DIR / "reduce_add.S"
 _OPS = {"add": 1, "mul": 2, "copy": 3, "fill_zero": 4}
+MAX_PARTS = 256  # reduce_add partials (more than 6 through an address table)
 MAX_ATOMS = 65530  # the workers divide by 6 exactly below 2**16 (elementwise.S)
 
 
@@ -45,6 +49,7 @@ class ElementwiseUnit:
     dtype: str  # f16 | f32 | bytes
     count: int  # elements (add/mul/reduce_add) or bytes (copy/fill)
     parts: int = 0  # reduce_add: partial inputs
+    rows: int = 1  # row broadcast: rows of the output (count is then the columns)
 
     @property
     def source(self) -> Path:
@@ -52,6 +57,8 @@ class ElementwiseUnit:
             return CAST_TEMPLATE
         if self.kind == "gelu_tanh":
             return GELU_TANH_TEMPLATE
+        if self.broadcast:
+            return BROADCAST_TEMPLATE
         return REDUCE_TEMPLATE if self.kind == "reduce_add" else ELEMENTWISE_TEMPLATE
 
     @property
@@ -60,7 +67,17 @@ class ElementwiseUnit:
 
     @property
     def nbytes(self) -> int:
-        return self.count * (1 if self.dtype == "bytes" else int(self.dtype[1:]) // 8)
+        """Bytes of the output."""
+        return self.rows * self.count * (1 if self.dtype == "bytes" else int(self.dtype[1:]) // 8)
+
+    @property
+    def table(self) -> bool:
+        """reduce_add with more than six partials: $m3 points at a table of their addresses."""
+        return self.kind == "reduce_add" and self.parts > 6
+
+    @property
+    def broadcast(self) -> bool:
+        return self.kind.endswith("_rowbcast")
 
     @property
     def entry(self) -> str:
@@ -68,6 +85,11 @@ class ElementwiseUnit:
 
     def flags(self) -> list[str]:
         """The ``-D`` flags specialising the template to this unit."""
+        if self.broadcast:
+            row_atoms = self.nbytes // self.rows // 8
+            out = [f"-DBC_OP={1 if self.kind.startswith('add') else 2}", f"-DBC_ROWS={self.rows}",
+                   f"-DBC_ATOMS={row_atoms}", f"-DBC_SYMBOL={self.entry}"]  # fmt: skip
+            return [*out, "-DBC_F32=1"] if self.dtype == "f32" else out
         if self.kind == "gelu_tanh":
             return [f"-DGT_GROUPS={self.count // 4}", f"-DGT_SYMBOL={self.entry}"]
         if self.kind == "cast":
@@ -77,6 +99,8 @@ class ElementwiseUnit:
         if self.kind == "reduce_add":
             out = [f"-DRA_INPUTS={self.parts}", f"-DRA_ATOMS={self.nbytes // 8}",
                    f"-DRA_SYMBOL={self.entry}"]  # fmt: skip
+            if self.table:
+                out.append("-DRA_TABLE=1")
             return [*out, "-DRA_F32=1"] if self.dtype == "f32" else out
         out = [f"-DEW_OP={_OPS[self.kind]}", f"-DEW_ATOMS={self.nbytes // 8}",
                f"-DEW_SYMBOL={self.entry}"]  # fmt: skip
@@ -86,7 +110,8 @@ class ElementwiseUnit:
 
     @property
     def inputs(self) -> int:
-        fixed = {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0, "cast": 1, "gelu_tanh": 1}
+        fixed = {"add": 2, "mul": 2, "copy": 1, "fill_zero": 0, "cast": 1, "gelu_tanh": 1,
+                 "add_rowbcast": 2, "mul_rowbcast": 2}  # fmt: skip
         return fixed.get(self.kind, self.parts + 1)
 
     @property
@@ -103,6 +128,11 @@ class ElementwiseUnit:
             return np.zeros(self.count, np.uint8)
         if self.kind == "gelu_tanh":
             return gelu_tanh_reference(args[0])
+        if self.broadcast:  # args: a [rows * count], b [count]
+            a = args[0].astype(np.float32).reshape(self.rows, self.count)
+            b = args[1].astype(np.float32).reshape(1, self.count)
+            r = a + b if self.kind.startswith("add") else a * b
+            return r.astype(args[0].dtype).reshape(-1)
         if self.kind == "cast":
             return args[0].astype(np.float32).astype(np.dtype(self.dtype_numpy))
         if self.kind == "reduce_add":  # args: the prior output, then the partials
@@ -140,8 +170,16 @@ def parse_unit(name: str) -> ElementwiseUnit:
         raise GraphError(
             f"{name!r} is not an elementwise unit name "
             "(add|mul_{f16|f32}_nN, copy_bN, fill_zero_bN, reduce_add_{f16|f32}_pP_nN, "
-            "cast_{f16_f32|f32_f16}_nN, gelu_tanh_f16_nN)"
+            "cast_{f16_f32|f32_f16}_nN, gelu_tanh_f16_nN, {add|mul}_{f16|f32}_rowbcast_rR_cC)"
         )
+    if m["bop"]:
+        unit = ElementwiseUnit(name, f"{m['bop']}_rowbcast", m["bp"], int(m["bc"]),
+                               rows=int(m["br"]))  # fmt: skip
+        if unit.rows <= 0 or unit.rows > 65530 or (unit.nbytes // max(unit.rows, 1)) % 8:
+            raise GraphError(f"unit {name}: rows 1..65530 and rows of a multiple of 8 bytes")
+        if unit.count <= 0 or unit.nbytes // unit.rows // 8 > 0xFFFF:
+            raise GraphError(f"unit {name}: {unit.count} columns out of range")
+        return unit
     if m["gn"]:
         unit = ElementwiseUnit(name, "gelu_tanh", "f16", int(m["gn"]))
         if unit.count % 4:
@@ -152,8 +190,10 @@ def parse_unit(name: str) -> ElementwiseUnit:
             raise GraphError(f"unit {name}: {unit.count} elements must be a multiple of 4")
     elif m["rp"]:
         unit = ElementwiseUnit(name, "reduce_add", m["rp"], int(m["rn"]), int(m["parts"]))
-        if not 1 <= unit.parts <= 6:
-            raise GraphError(f"unit {name}: {unit.parts} partials, the template takes 1..6")
+        if not 1 <= unit.parts <= MAX_PARTS:
+            raise GraphError(
+                f"unit {name}: {unit.parts} partials, the template takes 1..{MAX_PARTS}"
+            )
     elif m["op"]:
         unit = ElementwiseUnit(name, m["op"], m["p"], int(m["n"]))
     else:

@@ -1,14 +1,14 @@
 """``run --kernels emulate``: kernel calls executed by their device code on the ISA emulator.
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
-whose kernel has device code (F16/F8 GEMMs; contiguous, equal-shape add/mul; 8-byte copies and
-fills; reduce-add of up to six partials) runs its unit's assembly on
+whose kernel has device code (F16/F8 GEMMs; contiguous add/mul of equal shapes or with a row
+vector; 8-byte copies and fills; reduce-add of up to 256 partials) runs its unit's assembly on
 :class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
-GeLU, F8 casts, layer norm, softmax, attention, broadcast forms) keeps its NumPy semantics and is
-counted as ``modelled``. The simulator clock still advances by the cost model; the emulated
-cycles are reported next to it per kernel unit. GEMM calls run the single-row-count unit of
-their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit the package
-lists.
+GeLU, F8 casts, layer norm, softmax, attention, column-broadcast forms) keeps its NumPy
+semantics and is counted as ``modelled``. The simulator clock still advances by the cost model;
+the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
+count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit
+the package lists.
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from ipu_stack.isa import Memory, Tile, load_unit
 from ipu_stack.kernels import registry
-from ipu_stack.kernels.units import parse_unit
+from ipu_stack.kernels.units import MAX_PARTS, parse_unit
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.target import ipu21
 
 STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
+TABLE_ADDRESS = ipu21.LOADER_LIMIT  # reduce_add address tables (up to 256 entries), same scratch
 
 
 class EmulatedKernels:
@@ -32,6 +35,7 @@ class EmulatedKernels:
         self.units: dict[str, dict[str, int]] = defaultdict(
             lambda: {"calls": 0, "emulated_cycles": 0, "modelled_cycles": 0}
         )
+        self._table: np.ndarray | None = None
         self.modelled: dict[str, dict[str, int]] = defaultdict(
             lambda: {"calls": 0, "modelled_cycles": 0}
         )
@@ -51,9 +55,14 @@ class EmulatedKernels:
             return False
         name, source, flags, entry, regs = job
         program = load_unit(source, flags, name)
-        saved = tile_mem[-64:].copy()
-        result = Tile(program, Memory(tile_mem)).call(entry, {**regs, 11: STACK_TOP})
-        tile_mem[-64:] = saved
+        scratch = STACK_TOP - TABLE_ADDRESS
+        saved = tile_mem[-scratch:].copy()
+        memory = Memory(tile_mem)
+        if self._table is not None:
+            memory.write(TABLE_ADDRESS, self._table.view(np.uint8), 4)
+            self._table = None
+        result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
+        tile_mem[-scratch:] = saved
         unit = self.units[name]
         unit["calls"] += 1
         unit["emulated_cycles"] += result.cycles + ipu21.KERNEL_LAUNCH_CYCLES
@@ -89,13 +98,19 @@ class EmulatedKernels:
         if isinstance(call, AddCall):
             eb = call.precision.element_bytes
             n = call.elements * eb
-            if n % 8 or not 1 <= len(call.inputs) <= 6 or call.precision is ipu21.F8:
+            if n % 8 or not 1 <= len(call.inputs) <= MAX_PARTS or call.precision is ipu21.F8:
                 return None
             p = call.precision.name
             unit = parse_unit(f"reduce_add_{p}_p{len(call.inputs)}_n{call.elements}")
             regs = {2: address(call.out, n, 8, "reduce_add output")}
-            for i, ref in enumerate(call.inputs):
-                regs[3 + i] = address(ref, n, 8, f"reduce_add input {i}")
+            inputs = [
+                address(ref, n, 8, f"reduce_add input {i}") for i, ref in enumerate(call.inputs)
+            ]
+            if unit.table:  # the address table lives in the scratch above the loader limit
+                regs[3] = TABLE_ADDRESS
+                self._table = np.array(inputs, np.uint32)
+            else:
+                regs.update({3 + i: a for i, a in enumerate(inputs)})
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
         if isinstance(call, MapCall) and call.kind == "cast":
             src, out = call.inputs[0], call.out
@@ -120,7 +135,7 @@ class EmulatedKernels:
             eb = ipu21.precision(out.dtype).element_bytes
             views = (out, *call.inputs)
             if any((v.rows, v.cols, v.dtype) != (out.rows, out.cols, out.dtype) for v in views):
-                return None  # broadcast or mixed forms: no device code yet
+                return self._row_broadcast(call, address)
             if any(v.stride != out.cols * eb for v in views) or (out.rows * out.cols * eb) % 8:
                 return None
             n = out.rows * out.cols
@@ -129,6 +144,26 @@ class EmulatedKernels:
                     for i, v in enumerate(views)}  # fmt: skip
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
         return None
+
+    def _row_broadcast(self, call: MapCall, address: Any) -> tuple | None:
+        """add/mul of an [R, C] operand and a [1, C] row vector (either order)."""
+        out = call.out
+        eb = ipu21.precision(out.dtype).element_bytes
+        full = [v for v in call.inputs if (v.rows, v.cols) == (out.rows, out.cols)]
+        rows = [v for v in call.inputs if (v.rows, v.cols) == (1, out.cols)]
+        if len(call.inputs) != 2 or len(full) + len(rows) != 2 or not full or not rows:
+            return None  # column broadcast or mixed forms: no device code yet
+        a, b = full[0], rows[-1]
+        if any(v.dtype != out.dtype for v in (a, b)) or (out.cols * eb) % 8:
+            return None
+        if a.stride != out.cols * eb or out.stride != out.cols * eb:
+            return None
+        unit = parse_unit(f"{call.kind}_{out.dtype}_rowbcast_r{out.rows}_c{out.cols}")
+        n = out.rows * out.cols * eb
+        regs = {2: address(out.ref, n, 8, f"{call.kind} output"),
+                3: address(a.ref, n, 8, f"{call.kind} operand"),
+                4: address(b.ref, out.cols * eb, 8, f"{call.kind} row vector")}  # fmt: skip
+        return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
 
     def report(self) -> dict[str, Any]:
         """Per unit: calls, emulated and modelled cycles; and the calls left to semantics."""
