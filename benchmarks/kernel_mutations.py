@@ -373,7 +373,7 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         "prior output not added",
         "f16v2tof32 $a2:3, $a0\n }\n {\n  nop\n  f16v2tof32 $a4:5, $a1",
         "f16v2tof32 $a2:3, $azero\n }\n {\n  nop\n  f16v2tof32 $a4:5, $a1",
-        0,
+        1,  # the second copy: the register form (the first is the address-table worker)
     ),
     (
         RA,
