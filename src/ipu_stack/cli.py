@@ -22,6 +22,7 @@ from ipu_stack.cli_types import (
 from ipu_stack.cli_types import shape as _shape
 from ipu_stack.errors import GraphError, IpuStackError
 from ipu_stack.kernels import commands as kernel_commands
+from ipu_stack.kernels import kernel_run_command
 from ipu_stack.package import commands as package_commands
 from ipu_stack.profile import commands as profile_commands
 from ipu_stack.target import ipu21
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_onnx_command(sub)
     _add_exchange_commands(sub)
     kernel_commands.add_commands(sub)
+    kernel_run_command.add_commands(sub)
     package_commands.add_commands(sub)
     profile_commands.add_commands(sub)
     return parser
@@ -249,6 +251,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.command in kernel_commands.COMMANDS:
             return kernel_commands.run(args)
+        if args.command in kernel_run_command.COMMANDS:
+            return kernel_run_command.run(args)
         if args.command in package_commands.COMMANDS:
             return package_commands.run(args)
         if args.command in profile_commands.COMMANDS:

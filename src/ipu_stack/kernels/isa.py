@@ -73,6 +73,13 @@ _TABLE: dict[str, tuple] = {
     "ld64": _i(("a2", "m", "m", "mi"), context=WORKER),
     "st64": _i(("a2", "m", "m", "mi"), context=WORKER),
     "ld64step": _i(("a2", "m", "m+=", "mi"), context=WORKER, source="facts §16.3"),
+    "ld32step": _i(("m", "m", "m+=", "mi"), context=WORKER, source="facts §16.3 (ld64step)"),
+    "st64step": _i(("a2", "m", "m+=", "mi"), context=WORKER, source="facts §16.3 (ld64step)"),
+    **{op: _i(("a2", "a2", "a2"), context=WORKER, source="Tile Vertex ISA vector arithmetic")
+       for op in ("f16v4add", "f16v4mul", "f32v2add", "f32v2mul")},
+    "f16v2tof32": _i(("a2", "a"), context=WORKER, source="Tile Vertex ISA conversions"),
+    "f32tanh": _i(("a", "a"), context=WORKER, source="Graphcore LLVM fork llvm.colossus.tanh.f32"),
+    "f32v2tof16": _i(("a", "a2"), context=WORKER, source="Tile Vertex ISA conversions"),
     "ld128": _i(("a4", "m", "m", "mi"), context=WORKER, source="facts §5.1"),
     "ld128putcs": _i((("i", 0, 63),), context=SUPERVISOR, source="facts §16.3"),
     "ld64putcs": _i((("i", 0, 63),), context=SUPERVISOR, source="facts §16.3"),

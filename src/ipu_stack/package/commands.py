@@ -119,6 +119,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="compare the outputs with onnxruntime on the same inputs (exit 1 on mismatch)",
     )
+    run.add_argument(
+        "--kernels", choices=("model", "emulate"), default="model",
+        help="emulate: run every kernel call with device code on the ISA emulator (slow)",
+    )  # fmt: skip
     ins = sub.add_parser("package-inspect", help="describe a .ipuexe package")
     ins.add_argument("package", metavar="PKG.ipuexe")
     ins.add_argument("--bindings", action="store_true", help="list every binding")
@@ -223,7 +227,12 @@ def _run(args: argparse.Namespace) -> int:
     from ipu_stack.runtime.session import Session, host_dtype
     from ipu_stack.runtime.sim import SimDevice
 
-    session = Session(SimDevice()).load(args.package)
+    device = SimDevice()
+    if getattr(args, "kernels", "model") == "emulate":
+        from ipu_stack.runtime.emulate import EmulatedKernels
+
+        device.kernels = EmulatedKernels()
+    session = Session(device).load(args.package)
     assert session.package is not None
     bindings = {b["name"]: b for b in session.package.bindings("input")}
     check_input_names((name for name, _ in args.input), bindings)
@@ -293,6 +302,8 @@ def _run(args: argparse.Namespace) -> int:
         dtypes = {b["name"]: b["dtype"] for b in session.package.bindings("output")}
         report["check"] = check_outputs(args.check, inputs, outputs, dtypes)
         status = 0 if report["check"]["passed"] else 1
+    if device.kernels is not None:
+        report["kernels"] = device.kernels.report()
     if args.json:
         print(json.dumps(report, sort_keys=True))
         return status
@@ -317,6 +328,14 @@ def _run(args: argparse.Namespace) -> int:
             )
             print(f"check {c['name']} against onnxruntime: {detail}")
         print("PASS" if report["check"]["passed"] else "FAIL: outputs differ from onnxruntime")
+    if device.kernels is not None:
+        kernels = report["kernels"]
+        for unit, v in kernels["emulated_units"].items():
+            print(f"kernel {unit}: calls={v['calls']} emulated_cycles={v['emulated_cycles']} "
+                  f"modelled_cycles={v['modelled_cycles']}")  # fmt: skip
+        for kind, v in kernels["modelled_only"].items():
+            print(f"kernel {kind}: calls={v['calls']} modelled_cycles={v['modelled_cycles']} "
+                  "(no device code: NumPy semantics)")  # fmt: skip
     return status
 
 

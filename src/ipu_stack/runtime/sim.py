@@ -91,6 +91,9 @@ class SimDevice:
         self.clock_hz = clock_hz
         # byte offsets of iterated buffers in the current loop iteration: (tile, buffer) -> bytes
         self._offsets: dict[tuple[int, str], int] = {}
+        #: the kernel-call executor: None runs NumPy semantics; ``run --kernels emulate``
+        #: sets a :class:`ipu_stack.runtime.emulate.EmulatedKernels`
+        self.kernels: Any = None
 
     # -- checks -------------------------------------------------------------------------------
     @staticmethod
@@ -355,6 +358,11 @@ class SimDevice:
         ordinal: dict[int, int] = defaultdict(int)  # GEMM calls per tile in the current run
         for call in calls:
             clock[call.tile] += call_cycles(call)
+            if self.kernels is not None:
+                ordinal.clear()
+                self._flush(mem, placement, gemms, step)
+                if self._emulate(mem, placement, call, step):
+                    continue
             if isinstance(call, GemmCall):
                 n = ordinal[call.tile]
                 ordinal[call.tile] = n + 1
@@ -373,6 +381,15 @@ class SimDevice:
             self._flush(mem, placement, gemms, step)
             self._simple(mem, placement, call, step)
         self._flush(mem, placement, gemms, step)
+
+    def _emulate(self, mem: np.ndarray, placement: Placement, call: KernelCall, step: int) -> bool:
+        """Run ``call`` on the ISA emulator when it has device code (``self.kernels``)."""
+
+        def address(ref: Ref, size: int, alignment: int, what: str) -> int:
+            off = self._span(placement, call.tile, ref, size, step, alignment, what)
+            return off + ipu21.TILE_MEMORY_BASE
+
+        return bool(self.kernels.run(mem[call.tile], call, address, call_cycles(call)))
 
     def _flush(
         self, mem: np.ndarray, placement: Placement, gemms: dict[tuple, list[GemmCall]], step: int

@@ -72,6 +72,9 @@
  .set INNER_GROUP_BYTES, GEMM_K_MICRO * GEMM_INPUT_BYTES
  .set COLUMN_GROUP_BYTES, 16 * 2
  .set LEFT_ROW_BYTES, K_BLOCK * GEMM_INPUT_BYTES
+ .set KROW_BYTES, 16 * GEMM_INPUT_BYTES      // one K row of a C16 weight panel
+ .set RIGHT_ROW_BYTES, OUTPUT_COLUMNS * GEMM_INPUT_BYTES
+ .set RIGHT_GROUP_BYTES, KROW_BYTES          // from one column group of right to the next
  .if OUTPUT_GROUP
  .set OUTPUT_ROW_BYTES, OUTPUT_GROUP * 2
  .set GROUP_COLUMN_GROUPS, OUTPUT_GROUP / 16
@@ -90,7 +93,8 @@
  .set PACE2_NEXT, 0b0000       // both loads +1 atom
  .set PACE2_ROW, 0b1001        // input +field 0, partial +field 1
  .set PACE3_NEXT, 0b000000
- .set PACE3_ROW, 0b101001      // input +field 0, partial and store +field 1
+ .set PACE3_LOAD_ROW, 0b001001 // input +field 0, partial +field 1, store +1 atom
+ .set PACE3_STORE_ROW, 0b100000  // loads +1 atom, store +field 1
  .set PACE1_NEXT, 0b00
  .set PACE1_ROW, 0b10
 
@@ -102,18 +106,30 @@
  .set FRAME_INITIAL, 4         // 1: the first inner group starts from zero partials
  .set FRAME_GROUP_SKIP, 5      // packed output: bytes from one column group to the next
  .set FRAME_FP_ICTL, 6         // caller's $FP_ICTL
+ .set FRAME_RIGHT, 7           // right operand at the current column group
  .set FRAME_BYTES, 32
 
-// Weight feed for one K micro x C16 panel: 512 bytes in Poplin's IPU21 1x1 slot order
-// (facts §15.1): groups 0, 32, 8, 40, 16, 48, 24, 56; ld128putcs writes even slots.
+// Weight feed for one K micro x C16 panel of the row-major [K, C] right operand: 512 bytes
+// in Poplin's IPU21 1x1 slot order (facts §15.1): groups 0, 32, 8, 40, 16, 48, 24, 56, each
+// eight 64-bit slots holding the next panel words; ld128putcs writes slot pairs. $CCCSLOAD
+// post-increments, so with more than one column group every K row of the panel (16
+// contiguous elements) is addressed afresh from $m5, which walks down the K rows.
  .macro LOAD_AMP_WEIGHTS
  .irp group, 0, 32, 8, 40, 16, 48, 24, 56
 #ifdef GEMM_INTERLEAVED_WEIGHTS
  .irp slot, 0, 2, 4, 6
+ .if (COLUMN_GROUPS > 1) && (((\slot * 8) % KROW_BYTES) == 0)
+ put $CCCSLOAD, $m5
+ add $m5, $m5, RIGHT_ROW_BYTES
+ .endif
  ld128putcs (\group + \slot)
  .endr
 #else
  .irp slot, 0, 1, 2, 3, 4, 5, 6, 7
+ .if (COLUMN_GROUPS > 1) && (((\slot * 8) % KROW_BYTES) == 0)
+ put $CCCSLOAD, $m5
+ add $m5, $m5, RIGHT_ROW_BYTES
+ .endif
  ld64putcs (\group + \slot)
  .endr
 #endif
@@ -131,6 +147,7 @@
  add $m11, $m11, -FRAME_BYTES
  st32 $m2, $m11, $mzero, FRAME_OUTPUT
  st32 $m3, $m11, $mzero, FRAME_LEFT
+ st32 $m4, $m11, $mzero, FRAME_RIGHT
  setzi $m6, (\rows) / WORKER_CONTEXTS
  st32 $m6, $m11, $mzero, FRAME_ROWS_DIV
  setzi $m6, (\rows) % WORKER_CONTEXTS
@@ -183,6 +200,7 @@
  .endif
 .Lgemm_column_group:
  ld32 $m9, $m11, $mzero, FRAME_INITIAL
+ ld32 $m5, $m11, $mzero, FRAME_RIGHT
  add $m4, $m3, 0
  setzi $m7, INNER_GROUPS
 .Lgemm_inner_group:
@@ -199,6 +217,11 @@
  add $m4, $m4, INNER_GROUP_BYTES
  add $m7, $m7, -1
  brnz $m7, .Lgemm_inner_group
+ .if COLUMN_GROUPS > 1
+ ld32 $m5, $m11, $mzero, FRAME_RIGHT
+ add $m5, $m5, RIGHT_GROUP_BYTES
+ st32 $m5, $m11, $mzero, FRAME_RIGHT
+ .endif
  .if OUTPUT_GROUP
  add $m1, $m1, -1
  brnz $m1, .Lgemm_same_output_group
@@ -219,9 +242,10 @@
  br $m10
 
 // Worker: rows split over the six contexts (rows/6 each, the first rows%6 one more), then a
-// software pipeline over its rows: four AMP instructions (phases P0..P3, 16 output columns)
-// per row, one 64-bit input load, one partial load and one result store per bundle.
-// [I] Assumes results leave the AMP one row (four instructions) after their inputs.
+// software pipeline over its n rows: four AMP instructions (phases P0..P3, 16 output columns)
+// per row. Bundle t loads input/partial quarter t, runs AMP instruction t-1 and stores the
+// result of instruction t-2: a load feeds the next bundle, and a row's results leave the AMP
+// one row (four instructions) after its inputs (isa/assumptions.py amp_pipeline_rows).
  .macro GEMM_WORKER_ROWS partials
  get $m0, $WSR
  and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK
@@ -241,10 +265,16 @@
  add $m2, $m2, $m4
  tapack $m8:9, $m1, $m2, $m2
  setzi $m7, PACE_STRIDES
- add $m5, $m5, -1
  setzi $a6, FP_CLR_ZAACC
  uput $FP_CLR, $a6
- ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+ add $m5, $m5, -1
+ brz $m5, .Lgemm_worker_one_\@
+ add $m5, $m5, -1
+ .p2align 3
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+  fnop
+ }
  {
   ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P0
@@ -258,19 +288,23 @@
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P2
  }
  {
-  rpt $m5, 3
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P3
  }
  {
-  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_NEXT
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P0
+ }
+ {
+  rpt $m5, 3
+  fnop
  }
  {
   ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_NEXT
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P1
  }
  {
-  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_ROW
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_LOAD_ROW
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P2
  }
  {
@@ -278,9 +312,53 @@
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P3
  }
  {
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_STORE_ROW
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P0
+ }
+ {
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P1
+ }
+ {
+  ld2xst64pace $a0:3, $a6:7, $m8:9+=, $m7, PACE3_LOAD_ROW
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P2
+ }
+ {
   st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P3
+ }
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_ROW
   GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P0
  }
+ bri .Lgemm_worker_drain_\@
+ .p2align 3
+.Lgemm_worker_one_\@:
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+  fnop
+ }
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P0
+ }
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P1
+ }
+ {
+  ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_ROW
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P2
+ }
+ {
+  nop
+  GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P3
+ }
+ {
+  nop
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P0
+ }
+.Lgemm_worker_drain_\@:
  {
   st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
   GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P1
@@ -288,6 +366,10 @@
  {
   st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
   GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P2
+ }
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P3
  }
  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
 .Lgemm_worker_idle_\@:

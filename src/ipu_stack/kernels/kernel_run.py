@@ -1,0 +1,239 @@
+"""``kernel-run``: run one kernel unit's device code on the ISA emulator and check it.
+
+The unit (a GEMM name of :func:`ipu_stack.kernels.registry.parse_gemm_variant` or an
+elementwise name of :func:`ipu_stack.kernels.units.parse_unit`) is specialised from its
+template (or ``source``), its operands are random (seeded) at addresses that satisfy the
+registry ABI (regions, alignment, left and output in distinct memory elements), every entry
+runs on :class:`ipu_stack.isa.Tile`, and the result is compared with the registry's NumPy
+semantics: F16 within 2 ulp of the semantics' rounding (the ulp of the largest partial the
+semantics rounds on the way), F32 within 1e-6 relative. The emulated cycles are reported
+next to the cost model's (``cycles`` of the registry, launch included), which the emulator
+never sees.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.isa import Fault, LoadError, Tile, load_unit
+from ipu_stack.kernels import registry, semantics
+from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
+from ipu_stack.target import ipu21
+
+STACK_TOP = 0x7F000  # standard region, below the interleaved base
+STANDARD_DATA = 0x4C000 + 0x1000
+INTERLEAVED_DATA = ipu21.INTERLEAVED_BASE
+
+
+class _Placer:
+    """Bump allocation of operands, each in its region, 16 KiB / 32 KiB apart (distinct)."""
+
+    def __init__(self) -> None:
+        self.next = {"standard": STANDARD_DATA, "interleaved": INTERLEAVED_DATA}
+
+    def take(self, region: str, size: int, align: int = 32, packed: bool = False) -> int:
+        """An address for ``size`` bytes; the next operand starts in a new memory element
+        unless ``packed`` (operands without element relations)."""
+        region = "interleaved" if region == "interleaved" else "standard"
+        step = ipu21.INTERLEAVED_ELEMENT_BYTES if region == "interleaved" else ipu21.ELEMENT_BYTES
+        step = 64 if packed else step
+        address = -(-self.next[region] // align) * align
+        self.next[region] = -(-(address + size) // step) * step
+        limit = STACK_TOP - 0x1000 if region == "standard" else ipu21.LOADER_LIMIT
+        if self.next[region] > limit:
+            raise GraphError(f"operands of {size} bytes do not fit the {region} region of a tile")
+        return address
+
+
+def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """Run unit ``name`` on the emulator; the report says per entry error, cycles and ok.
+
+    Raises:
+        GraphError: bad unit name or source file (exit 2).
+    """
+    if source is not None and not Path(source).is_file():
+        raise GraphError(f"--source {source}: no such file")
+    rng = np.random.default_rng(seed)
+    report: dict[str, Any] = {"unit": name, "seed": seed, "entries": []}
+    try:
+        if name.startswith("gemm_"):
+            variant = registry.parse_gemm_variant(name)
+            src = Path(source) if source else variant.source
+            program = load_unit(src, variant.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = _run_gemm(program, variant, rng)
+        else:
+            unit = parse_unit(name)
+            src = Path(source) if source else unit.source
+            program = load_unit(src, unit.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [_run_elementwise(program, unit, rng)]
+    except (Fault, LoadError) as err:
+        report["fault"] = str(err)
+        report["ok"] = False
+        return report
+    report["ok"] = all(e["ok"] for e in report["entries"])
+    return report
+
+
+def _gemm_panels_bound(left: np.ndarray, right: np.ndarray, prior: np.ndarray, k_micro: int,
+                       scale: float) -> np.ndarray:  # fmt: skip
+    """Per output element: the largest |partial| the semantics rounds (float64)."""
+    acc = prior.astype(np.float64)
+    peak = np.abs(acc)
+    l64, r64 = left.astype(np.float64), right.astype(np.float64)
+    for p in range(0, left.shape[-1], k_micro):
+        acc = acc + (l64[:, p : p + k_micro] @ r64[p : p + k_micro]) * scale
+        peak = np.maximum(peak, np.abs(acc))
+    return peak
+
+
+def _run_gemm(program: Any, variant: registry.GemmVariant, rng: np.random.Generator) -> list:
+    spec = variant.spec
+    p = spec.precision
+    if p is ipu21.F32:
+        raise GraphError(f"{variant.name}: F32 GEMM has no device code (f32sisov2amp dataflow)")
+    fp8 = p is ipu21.F8
+    k, c = variant.k, variant.c
+    out = []
+    for key, symbol in variant.entry_symbols.items():
+        phase, size = key.split("_")
+        rows = variant.small_rows if size == "small" else variant.large_rows
+        accumulate = phase == "accumulate"
+        scale_exponent = -2 if fp8 else 0
+        left = rng.uniform(-1, 1, (rows, k)).astype(np.float32)
+        right = rng.uniform(-1, 1, (k, c)).astype(np.float32)
+        if fp8:
+            left_s = semantics.encode_f143(left * 4, 0)
+            right_s = semantics.encode_f143(right * 4, 0)
+        else:
+            left_s, right_s = left.astype(np.float16), right.astype(np.float16)
+        prior = rng.uniform(-1, 1, (rows, c)).astype(np.float16)
+        group = variant.group
+        placer = _Placer()
+        left_at = placer.take("standard", left_s.nbytes)
+        right_at = placer.take(spec.operand("right").region, right_s.nbytes)
+        out_rows = -(-rows // 16) * 16 if group else rows
+        out_bytes = out_rows * c * 2
+        out_at = placer.take("interleaved", out_bytes)
+        modelled = (spec.cycles(rows, k, c) if spec.cycles else 0) + ipu21.KERNEL_LAUNCH_CYCLES
+        tile = Tile(program)
+        tile.max_cycles = 100_000 + 20 * int(modelled)  # a runaway loop is a fault
+        stored_prior = semantics.pack_output(prior, group) if group else prior.reshape(-1)
+        tile.mem.write(left_at, left_s.view(np.uint8).reshape(-1), 8)
+        tile.mem.write(right_at, right_s.view(np.uint8).reshape(-1), 8)
+        tile.mem.write(out_at, stored_prior.view(np.uint8), 8)
+        regs = {2: out_at, 3: left_at, 4: right_at, 11: STACK_TOP}
+        if fp8:
+            regs[5] = scale_exponent
+        result = tile.call(symbol, regs)
+        raw = tile.mem.read(out_at, out_bytes, 8).view(np.float16)
+        got = semantics.unpack_output(raw, rows, c, group) if group else raw.reshape(rows, c)
+        extra = {"scale_exponent": scale_exponent} if fp8 else {}
+        assert spec.reference is not None
+        want = spec.reference(left_s[None], right_s[None], prior[None], accumulate, **extra)[0]
+        lf = left_s.astype(np.float32)
+        rf = right_s.astype(np.float32)
+        peak = _gemm_panels_bound(lf, rf, prior if accumulate else prior * 0, p.k_micro,
+                                  2.0**scale_exponent)  # fmt: skip
+        ulp = np.spacing(np.maximum(peak, 2.0**-14).astype(np.float16)).astype(np.float64)
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        worst = float(np.nanmax(err / ulp)) if err.size else 0.0
+        ok = bool(np.isfinite(got).all() and worst <= 2.0)
+        out.append({
+            "entry": symbol, "rows": rows, "accumulate": accumulate,
+            "max_abs_error": float(np.nanmax(err)) if err.size else 0.0,
+            "worst_ulp": worst, "ok": ok, "emulated_cycles": result.cycles,
+            "modelled_cycles": int(modelled),
+        })  # fmt: skip
+    return out
+
+
+def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generator) -> dict:
+    placer = _Placer()
+    dtype = np.dtype(np.uint8 if unit.dtype == "bytes" else np.float16 if unit.dtype == "f16"
+                     else np.float32)  # fmt: skip
+    if unit.dtype == "bytes":
+        args = [rng.integers(0, 256, unit.count, dtype=np.uint8) for _ in range(unit.inputs)]
+    else:
+        in_dtype = np.dtype(np.float16 if unit.input_dtype == "f16" else np.float32)
+        sizes = [unit.rows * unit.count] * unit.inputs
+        if unit.broadcast:
+            sizes[1] = unit.count
+        args = [rng.uniform(-2, 2, n).astype(in_dtype) for n in sizes]
+    tile = Tile(program)
+    tile.max_cycles = 100_000 + 20 * _elementwise_model(unit)  # a runaway loop is a fault
+    out_at = placer.take("standard", unit.nbytes, packed=True)
+    garbage = rng.integers(0, 256, unit.nbytes, dtype=np.uint8)
+    if unit.kind == "reduce_add":  # the output is read: args[0] is its prior value
+        garbage = args.pop(0).view(np.uint8)
+    tile.mem.write(out_at, garbage, 8)
+    regs = {2: out_at, 11: STACK_TOP}
+    addresses = []
+    for a in args:
+        addresses.append(placer.take("standard", a.nbytes, packed=True))
+        tile.mem.write(addresses[-1], a.view(np.uint8), 8)
+    if unit.table:  # more than six partials: $m3 points at their addresses
+        table = np.array(addresses, np.uint32)
+        regs[3] = placer.take("standard", table.nbytes, packed=True)
+        tile.mem.write(regs[3], table.view(np.uint8), 4)
+    else:
+        regs.update({3 + i: at for i, at in enumerate(addresses)})
+    if unit.kind == "copy":
+        regs[4] = unit.nbytes
+    if unit.kind == "fill_zero":
+        regs[3] = unit.nbytes
+    result = tile.call(unit.entry, regs)
+    got = tile.mem.read(out_at, unit.nbytes, 8).view(dtype)
+    if unit.kind == "reduce_add":
+        args.insert(0, garbage.view(dtype))
+    want = unit.reference(args)
+    if unit.dtype == "bytes":
+        err = np.abs(got.astype(np.int64) - want.astype(np.int64))
+        worst = float(err.max())
+        ok = worst == 0
+    elif unit.dtype == "f16":
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        ulp = np.spacing(np.maximum(np.abs(want), 2.0**-14).astype(np.float16)).astype(np.float64)
+        worst = float(np.nanmax(err / ulp))
+        ok = bool(np.isfinite(got).all() and worst <= 2.0)
+    else:
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        worst = float(np.nanmax(err / np.maximum(np.abs(want.astype(np.float64)), 1e-30)))
+        ok = bool(np.isfinite(got).all() and worst <= 1e-6)
+    return {
+        "entry": unit.entry, "elements": unit.count, "max_abs_error": float(np.nanmax(err)),
+        "worst_ulp" if unit.dtype == "f16" else "worst_relative": worst, "ok": ok,
+        "emulated_cycles": result.cycles, "modelled_cycles": _elementwise_model(unit),
+    }  # fmt: skip
+
+
+def _elementwise_model(unit: ElementwiseUnit) -> int:
+    """The cost model's cycles for this unit's call (low/costs.py), for comparison only."""
+    from ipu_stack.low import costs
+    from ipu_stack.low.program import AddCall, CopyCall, FillCall, MapCall, Ref, View
+
+    if unit.kind == "copy":
+        return costs.copy_call_cycles(CopyCall(0, Ref("o"), Ref("s"), unit.nbytes))
+    if unit.kind == "fill_zero":
+        return costs.copy_call_cycles(FillCall(0, Ref("o"), unit.nbytes))
+    if unit.kind == "reduce_add":
+        parts = tuple(Ref(f"p{i}") for i in range(unit.parts))
+        return costs.add_call_cycles(
+            AddCall(0, Ref("o"), parts, unit.count, ipu21.precision(unit.dtype))
+        )
+    view = View(Ref("o"), unit.rows, unit.count, unit.nbytes // unit.rows, unit.dtype)
+    if unit.broadcast:
+        row = View(Ref("b"), 1, unit.count, unit.nbytes // unit.rows, unit.dtype)
+        return costs.map_call_cycles(MapCall(0, unit.kind[:3], view, (view, row)))
+    if unit.kind == "gelu_tanh":  # the model has one GeLU cost (the tanh form is not separate)
+        return costs.map_call_cycles(MapCall(0, "gelu", view, (view,)))
+    if unit.kind == "cast":
+        eb = 2 if unit.input_dtype == "f16" else 4
+        src = View(Ref("i"), 1, unit.count, unit.count * eb, unit.input_dtype)
+        return costs.map_call_cycles(MapCall(0, "cast", view, (src,)))
+    return costs.map_call_cycles(MapCall(0, unit.kind, view, (view, view)))

@@ -1,0 +1,106 @@
+// broadcast.S -- IPU21 row-broadcast add/mul on one tile: out[r, c] = a[r, c] (+|*) b[c].
+//
+// Written for ipu-stack from the ISA facts in shared/docs/ipu21-facts.md (§16.3 ld64step,
+// st64step, rpt, runall, exitz; §16.2 bundles). One compile unit per variant; the flags come
+// from the unit name {add|mul}_{f16|f32}_rowbcast_r{R}_c{C} (kernels/units.py):
+//   BC_OP        1 add, 2 mul
+//   BC_F32       f32 operands (f32v2), else f16 (f16v4)
+//   BC_ROWS      R rows
+//   BC_ATOMS     64-bit atoms per row (C * element bytes / 8)
+//   BC_SYMBOL    the entry symbol
+// ABI (supervisor, like the map kernels): $m2 output [R, C], $m3 a [R, C] (rows contiguous),
+// $m4 b [1, C] (the row vector), all 8-byte aligned; $m10 return address, $m11 stack.
+// Worker w handles rows w, w + 6, w + 12, ...
+#include "ipu21_tile.h"
+
+#ifndef BC_ROWS
+#error "BC_ROWS is required"
+#endif
+#ifndef BC_ATOMS
+#error "BC_ATOMS is required"
+#endif
+
+ .set ROWS, BC_ROWS
+ .set ROW_BYTES, BC_ATOMS * 8
+ .set FRAME_OUT, 0
+ .set FRAME_A, 1
+ .set FRAME_B, 2
+ .set FRAME_BYTES, 16
+
+#if BC_OP == 1
+#if BC_F32
+#define BC_INSN f32v2add
+#else
+#define BC_INSN f16v4add
+#endif
+#else
+#if BC_F32
+#define BC_INSN f32v2mul
+#else
+#define BC_INSN f16v4mul
+#endif
+#endif
+
+ .section .text.BC_SYMBOL,"ax",@progbits
+ .globl BC_SYMBOL
+ .type BC_SYMBOL,@function
+ .p2align 3
+ .supervisor
+BC_SYMBOL:
+ add $m11, $m11, -FRAME_BYTES
+ st32 $m2, $m11, $mzero, FRAME_OUT
+ st32 $m3, $m11, $mzero, FRAME_A
+ st32 $m4, $m11, $mzero, FRAME_B
+ setzi $m6, .Lbc_worker
+ runall $m6, $m11, 0
+ sync SYNC_ZONE_LOCAL
+ add $m11, $m11, FRAME_BYTES
+ br $m10
+ .size BC_SYMBOL, .-BC_SYMBOL
+
+ .section .text.bc_worker,"ax",@progbits
+ .worker
+ .p2align 3
+.Lbc_worker:
+ get $m0, $WSR
+ and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK
+ // rows of this worker: (ROWS - w + 5) / 6, exact below 2^16
+ sub $m5, $mzero, $m0
+ add $m5, $m5, ROWS + WORKER_CONTEXTS - 1
+ mul $m5, $m5, 43691
+ shr $m5, $m5, 18
+ brz $m5, .Lbc_idle
+ ld32 $m3, $mvertex_base, $mzero, FRAME_OUT
+ ld32 $m1, $mvertex_base, $mzero, FRAME_A
+ ld32 $m2, $mvertex_base, $mzero, FRAME_B
+ mul $m6, $m0, ROW_BYTES       // byte offset of this worker's first row
+ setzi $m8, BC_ATOMS
+.Lbc_row:
+ add $m4, $m6, 0               // a / out offset: walks the row
+ zero $m7                      // b offset: walks the vector
+ .p2align 3
+ {
+  rpt $m8, 3
+  fnop
+ }
+ {
+  ld64step $a0:1, $m1, $m4+=, 0
+  fnop
+ }
+ {
+  ld64step $a2:3, $m2, $m7+=, 1
+  fnop
+ }
+ {
+  nop
+  BC_INSN $a4:5, $a0:1, $a2:3
+ }
+ {
+  st64step $a4:5, $m3, $m4+=, 1
+  fnop
+ }
+ add $m6, $m6, WORKER_CONTEXTS * ROW_BYTES
+ add $m5, $m5, -1
+ brnz $m5, .Lbc_row
+.Lbc_idle:
+ exitz $mzero

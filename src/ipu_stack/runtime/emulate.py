@@ -1,0 +1,173 @@
+"""``run --kernels emulate``: kernel calls executed by their device code on the ISA emulator.
+
+:class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
+whose kernel has device code (F16/F8 GEMMs; contiguous add/mul of equal shapes or with a row
+vector; 8-byte copies and fills; reduce-add of up to 256 partials) runs its unit's assembly on
+:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
+GeLU, F8 casts, layer norm, softmax, attention, column-broadcast forms) keeps its NumPy
+semantics and is counted as ``modelled``. The simulator clock still advances by the cost model;
+the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
+count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit
+the package lists.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.isa import Memory, Tile, load_unit
+from ipu_stack.kernels import registry
+from ipu_stack.kernels.units import MAX_PARTS, parse_unit
+from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
+from ipu_stack.target import ipu21
+
+STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
+TABLE_ADDRESS = ipu21.LOADER_LIMIT  # reduce_add address tables (up to 256 entries), same scratch
+
+
+class EmulatedKernels:
+    """Runs kernel calls on the emulator; keeps per-unit emulated and modelled cycles."""
+
+    def __init__(self) -> None:
+        self.units: dict[str, dict[str, int]] = defaultdict(
+            lambda: {"calls": 0, "emulated_cycles": 0, "modelled_cycles": 0}
+        )
+        self._table: np.ndarray | None = None
+        self.modelled: dict[str, dict[str, int]] = defaultdict(
+            lambda: {"calls": 0, "modelled_cycles": 0}
+        )
+
+    def run(self, tile_mem: Any, call: KernelCall, address: Any, modelled: int) -> bool:
+        """Execute ``call`` if it has device code (True), else leave it to the semantics.
+
+        ``address(ref, size, alignment, what)`` is the simulator's checked address of a ref.
+        """
+        job = self._unit(call, address)
+        if job is None:
+            kind = call.kind if isinstance(call, MapCall) else type(call).__name__
+            if isinstance(call, GemmCall):
+                kind = f"gemm_{call.precision.name}"
+            self.modelled[kind]["calls"] += 1
+            self.modelled[kind]["modelled_cycles"] += modelled
+            return False
+        name, source, flags, entry, regs = job
+        program = load_unit(source, flags, name)
+        scratch = STACK_TOP - TABLE_ADDRESS
+        saved = tile_mem[-scratch:].copy()
+        memory = Memory(tile_mem)
+        if self._table is not None:
+            memory.write(TABLE_ADDRESS, self._table.view(np.uint8), 4)
+            self._table = None
+        result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
+        tile_mem[-scratch:] = saved
+        unit = self.units[name]
+        unit["calls"] += 1
+        unit["emulated_cycles"] += result.cycles + ipu21.KERNEL_LAUNCH_CYCLES
+        unit["modelled_cycles"] += modelled
+        return True
+
+    def _unit(self, call: KernelCall, address: Any) -> tuple | None:
+        if isinstance(call, GemmCall):
+            if call.precision is ipu21.F32:
+                return None
+            il = "_interleaved" if call.weights == "interleaved" else ""
+            name = f"gemm_{call.precision.name}{il}_k{call.k}_c{call.c}_r{call.rows}_r{call.rows}"
+            v = registry.parse_gemm_variant(name)
+            eb = call.precision.element_bytes
+            regs = {
+                2: address(call.out, call.rows * call.c * 2, 32, "gemm output"),
+                3: address(call.left, call.rows * call.k * eb, 32, "gemm left"),
+                4: address(call.right, call.k * call.c * eb, 32, "gemm right"),
+            }
+            if call.precision is ipu21.F8:
+                regs[5] = call.scale_exponent
+            phase = "accumulate" if call.accumulate else "init"
+            return name, v.source, tuple(v.flags()), v.entry_symbol(phase, call.rows), regs
+        if isinstance(call, (CopyCall, FillCall)):
+            if call.size % 8:
+                return None
+            kind = "copy" if isinstance(call, CopyCall) else "fill_zero"
+            unit = parse_unit(f"{kind}_b{call.size}")
+            regs = {2: address(call.dst, call.size, 8, kind)}
+            if isinstance(call, CopyCall):
+                regs[3] = address(call.src, call.size, 8, "copy source")
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, AddCall):
+            eb = call.precision.element_bytes
+            n = call.elements * eb
+            if n % 8 or not 1 <= len(call.inputs) <= MAX_PARTS or call.precision is ipu21.F8:
+                return None
+            p = call.precision.name
+            unit = parse_unit(f"reduce_add_{p}_p{len(call.inputs)}_n{call.elements}")
+            regs = {2: address(call.out, n, 8, "reduce_add output")}
+            inputs = [
+                address(ref, n, 8, f"reduce_add input {i}") for i, ref in enumerate(call.inputs)
+            ]
+            if unit.table:  # the address table lives in the scratch above the loader limit
+                regs[3] = TABLE_ADDRESS
+                self._table = np.array(inputs, np.uint32)
+            else:
+                regs.update({3 + i: a for i, a in enumerate(inputs)})
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and call.kind == "cast":
+            src, out = call.inputs[0], call.out
+            pair = (src.dtype, out.dtype)
+            if pair not in (("f16", "f32"), ("f32", "f16")) or (src.rows, src.cols) != (
+                out.rows,
+                out.cols,
+            ):
+                return None
+            if call.attr("source_scale_exponent") or (out.rows * out.cols) % 4:
+                return None
+            n = out.rows * out.cols
+            in_eb, out_eb = (2, 4) if src.dtype == "f16" else (4, 2)
+            if src.stride != out.cols * in_eb or out.stride != out.cols * out_eb:
+                return None
+            unit = parse_unit(f"cast_{src.dtype}_{out.dtype}_n{n}")
+            regs = {2: address(out.ref, n * out_eb, 8, "cast output"),
+                    3: address(src.ref, n * in_eb, 8, "cast input")}  # fmt: skip
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and call.kind in ("add", "mul"):
+            out = call.out
+            eb = ipu21.precision(out.dtype).element_bytes
+            views = (out, *call.inputs)
+            if any((v.rows, v.cols, v.dtype) != (out.rows, out.cols, out.dtype) for v in views):
+                return self._row_broadcast(call, address)
+            if any(v.stride != out.cols * eb for v in views) or (out.rows * out.cols * eb) % 8:
+                return None
+            n = out.rows * out.cols
+            unit = parse_unit(f"{call.kind}_{out.dtype}_n{n}")
+            regs = {2 + i: address(v.ref, n * eb, 8, f"{call.kind} operand {i}")
+                    for i, v in enumerate(views)}  # fmt: skip
+            return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        return None
+
+    def _row_broadcast(self, call: MapCall, address: Any) -> tuple | None:
+        """add/mul of an [R, C] operand and a [1, C] row vector (either order)."""
+        out = call.out
+        eb = ipu21.precision(out.dtype).element_bytes
+        full = [v for v in call.inputs if (v.rows, v.cols) == (out.rows, out.cols)]
+        rows = [v for v in call.inputs if (v.rows, v.cols) == (1, out.cols)]
+        if len(call.inputs) != 2 or len(full) + len(rows) != 2 or not full or not rows:
+            return None  # column broadcast or mixed forms: no device code yet
+        a, b = full[0], rows[-1]
+        if any(v.dtype != out.dtype for v in (a, b)) or (out.cols * eb) % 8:
+            return None
+        if a.stride != out.cols * eb or out.stride != out.cols * eb:
+            return None
+        unit = parse_unit(f"{call.kind}_{out.dtype}_rowbcast_r{out.rows}_c{out.cols}")
+        n = out.rows * out.cols * eb
+        regs = {2: address(out.ref, n, 8, f"{call.kind} output"),
+                3: address(a.ref, n, 8, f"{call.kind} operand"),
+                4: address(b.ref, out.cols * eb, 8, f"{call.kind} row vector")}  # fmt: skip
+        return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+
+    def report(self) -> dict[str, Any]:
+        """Per unit: calls, emulated and modelled cycles; and the calls left to semantics."""
+        return {
+            "emulated_units": {k: dict(v) for k, v in sorted(self.units.items())},
+            "modelled_only": {k: dict(v) for k, v in sorted(self.modelled.items())},
+        }
