@@ -29,8 +29,8 @@ def map_call_cycles(call: MapCall) -> int:
         return row_kernel_cycles(call.kind, out.rows, out.cols) + launch
     if call.kind == "attention":
         q, k, v = call.inputs
-        rate = ipu21.precision(q.dtype).amp_macs_per_cycle
-        return attention_cycles(q.rows, k.rows, q.cols, v.cols, rate) + launch
+        precision = ipu21.precision(q.dtype)
+        return attention_cycles(q.rows, k.rows, q.cols, v.cols, precision) + launch
     if call.kind == "cast":
         src = call.inputs[0]
         in_bytes = elements * ipu21.precision(src.dtype).element_bytes
