@@ -213,18 +213,20 @@ def main() -> int:
     out = Path(args.out)
     previous = json.loads(out.read_text())["results"] if out.exists() else []
     rows = {r["workload"]: r for r in previous}
+    meta = {"python": platform.python_version(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "load_average": os.getloadavg()}  # fmt: skip
+    ordered: list[dict[str, object]] = []
     for name in args.only or list(WORKLOADS):
         row = run_workload(name, args.repeats)
+        row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         rows[name] = row
         brief = {k: v for k, v in row.items() if k not in ("plans", "exchange_phases")}
         print(json.dumps(brief), file=sys.stderr)
-    meta = {"python": platform.python_version(), "machine": platform.machine(),
-            "cpus": os.cpu_count(), "load_average": os.getloadavg()}  # fmt: skip
-    ordered = [rows[n] for n in WORKLOADS if n in rows]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "results": ordered}, indent=1) + "\n")
-    tmp.replace(out)
+        ordered = [rows[n] for n in WORKLOADS if n in rows]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")  # written after every workload, replaced atomically
+        tmp.write_text(json.dumps({"meta": meta, "results": ordered}, indent=1) + "\n")
+        tmp.replace(out)
     return 0 if all(r["passed"] for r in ordered) else 1
 
 
