@@ -21,6 +21,11 @@ import numpy as np
 
 F143 = np.dtype(ml_dtypes.float8_e4m3fnuz)  # bias 8, max 240, NaN 0x80, no negative zero
 F143_MAX = 240.0
+# gemm_half_partials works on blocks of GEMMs whose f32 partials fit in a core's cache
+# (~256 KiB) and holds at most ~16 MiB of panel products at once.
+_CACHE_ELEMENTS = 1 << 16
+_PRODUCT_ELEMENTS = 1 << 22
+F16_MAX = 65504.0
 
 
 def gemm_half_partials(
@@ -44,21 +49,82 @@ def gemm_half_partials(
     Returns:
         The new ``[n, rows, c]`` f16 partials.
     """
-    k = lefts.shape[-1]
-    left32, right32 = lefts.astype(np.float32), rights.astype(np.float32)
+    n, rows, k = lefts.shape
+    c = rights.shape[-1]
     result = outs.astype(np.float16) if accumulate else np.zeros(outs.shape, np.float16)
-    acc32 = result.astype(np.float32)
-    panel = np.empty_like(acc32)
+    panels = -(-k // k_micro)
+    if n == 0 or rows == 0 or c == 0 or panels == 0:
+        return result
     scale = np.float32(2.0**scale_exponent)
-    for p in range(0, k, k_micro):
-        q = p + k_micro
-        np.matmul(left32[:, :, p:q], right32[:, p:q, :], out=panel)
-        if scale_exponent:
-            panel *= scale
-        acc32 += panel
-        result[...] = acc32  # the partial is written back to memory as f16
-        acc32[...] = result
+    # Blocks of a few GEMMs (their f32 partials stay in cache); per block, every K panel's
+    # product at once from one batched matmul of contiguous [panel, rows, k_micro] x
+    # [panel, k_micro, c] operands (the last panel zero-padded: zero products add nothing),
+    # then the panels added in order, the partial rounded to f16 after each.
+    per = rows * c
+    batch = max(1, _CACHE_ELEMENTS // per)
+    panel_chunk = max(1, min(panels, _PRODUCT_ELEMENTS // (per * batch)))
+    padded = panels * k_micro
+    # Largest |product| of a panel: bounds the partials, so overflow to inf is handled only
+    # where it can occur.
+    bound = (
+        float(np.abs(lefts.astype(np.float32)).max())
+        * float(np.abs(rights.astype(np.float32)).max())
+        * k_micro
+        * float(scale)
+    )
+    for a in range(0, n, batch):
+        b = min(n, a + batch)
+        m = b - a
+        left32 = np.zeros((m, rows, padded), np.float32)
+        left32[:, :, :k] = lefts[a:b]
+        left_panels = np.ascontiguousarray(
+            left32.reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
+        )
+        right_panels = np.zeros((m, padded, c), np.float32)
+        right_panels[:, :k, :] = rights[a:b]
+        right_panels = right_panels.reshape(m, panels, k_micro, c)
+        part = result[a:b]
+        acc32 = part.astype(np.float32)
+        limit = float(np.abs(acc32).max()) if accumulate else 0.0
+        sign = np.empty(acc32.shape, np.uint32)
+        magic = np.empty(acc32.shape, np.float32)
+        for p in range(0, panels, panel_chunk):
+            q = min(panels, p + panel_chunk)
+            products = np.matmul(
+                left_panels[:, p:q].reshape(-1, rows, k_micro),
+                right_panels[:, p:q].reshape(-1, k_micro, c),
+            ).reshape(m, q - p, rows, c)
+            if scale_exponent:
+                products *= scale
+            for j in range(q - p):
+                acc32 += products[:, j]
+                limit += bound
+                _round_to_f16(acc32, sign, magic, limit > F16_MAX)
+        part[...] = acc32  # exact: every partial is an f16 value
     return result
+
+
+def _round_to_f16(acc: np.ndarray, sign: np.ndarray, magic: np.ndarray, overflow: bool) -> None:
+    """Round f32 ``acc`` in place to the nearest f16 value (ties to even), kept as f32.
+
+    The same result as ``acc.astype(np.float16).astype(np.float32)`` (what writing the
+    partial to memory as f16 and reading it back does), several times faster: adding and
+    subtracting ``C = +-2**(e + 13)`` (``e`` the exponent of the element, at least -14, the
+    f16 subnormal grid) rounds to a multiple of ``2**(e - 10)``, the f16 spacing there.
+    ``overflow``: some element may exceed the f16 range (then those become +-inf).
+    """
+    bits, magic_bits = acc.view(np.uint32), magic.view(np.uint32)
+    np.bitwise_and(bits, 0x80000000, out=sign)
+    np.bitwise_and(bits, 0x7F800000, out=magic_bits)
+    np.clip(magic_bits, 0x38800000, 0x47000000, out=magic_bits)  # 2**-14 .. 2**15
+    magic_bits += 13 << 23
+    magic_bits |= sign
+    acc += magic
+    acc -= magic
+    bits |= sign  # a value rounded to zero keeps its sign, as in f16
+    if overflow:
+        big = np.abs(acc) > F16_MAX
+        acc[big] = np.copysign(np.float32(np.inf), acc[big])
 
 
 def gemm_f16(

@@ -37,9 +37,9 @@ def map_call_cycles(call: MapCall) -> int:
         return row_kernel_cycles(call.kind, out.rows, out.cols) + launch
     if call.kind == "attention":
         q, k, v = call.inputs[:3]
-        rate = ipu21.precision(q.dtype).amp_macs_per_cycle
+        precision = ipu21.precision(q.dtype)
         mask = elementwise_cycles("add", q.rows * k.rows) if len(call.inputs) == 4 else 0
-        return attention_cycles(q.rows, k.rows, q.cols, v.cols, rate) + mask + launch
+        return attention_cycles(q.rows, k.rows, q.cols, v.cols, precision) + mask + launch
     if call.kind in ("gather_rows", "transpose", "concat", "argmax"):
         return indexing_call_cycles(call) + launch
     if call.kind == "cast":

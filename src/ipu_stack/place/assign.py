@@ -7,7 +7,7 @@ screening comes later). Tiles whose buffer lists are identical share one allocat
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -100,17 +100,24 @@ def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Pl
                 buf.avoid,
             )
         )
+    hazards = exchange_hazard_pairs(program)
     cache: dict[tuple, dict[str, int]] = {}
     allocations: list[dict[str, Allocation]] = [{} for _ in range(program.tile_count)]
     peaks = {"standard_peak_bytes": 0, "interleaved_peak_bytes": 0, "largest_standard_bytes": 0}
     for tile in range(program.tile_count):
         requests = sorted(per_tile.get(tile, []), key=lambda r: r.name)
-        key = tuple(requests)
+        separated = _separate(requests, hazards.get(tile, {}))
+        key = tuple(separated)
         if key not in cache:
             try:
-                cache[key] = allocate_tile(requests)
-            except PlanError as err:
-                raise PlanError(f"tile {tile}: {err}") from None
+                # First with each phase's send and receive buffers in different elements
+                # (no SRAM-element hazard left for the scheduler), else as requested.
+                cache[key] = allocate_tile(separated)
+            except PlanError:
+                try:
+                    cache[key] = allocate_tile(requests)
+                except PlanError as err:
+                    raise PlanError(f"tile {tile}: {err}") from None
             for k, v in region_peaks(requests, cache[key]).items():
                 peaks[k] = max(peaks[k], v)
         addresses = cache[key]
@@ -120,6 +127,39 @@ def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Pl
     if physical is None:
         physical = np.asarray(logical_to_physical(np.arange(program.tile_count)), dtype=np.int64)
     return Placement(physical, allocations, peaks)
+
+
+def exchange_hazard_pairs(program: LowProgram) -> dict[int, dict[str, set[str]]]:
+    """Per tile, the buffers each buffer should not share a memory element with: those it
+    receives into while the same exchange step sends from the other (an SRAM-element hazard,
+    facts §5.4, serialises the two; in different elements they may overlap)."""
+    pairs: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for step in program.steps:
+        if not isinstance(step, ExchangeStep):
+            continue
+        sends: dict[int, set[str]] = defaultdict(set)
+        receives: dict[int, set[str]] = defaultdict(set)
+        for t in step.transfers:
+            sends[t.source_tile].add(t.source.buffer)
+            for tile, ref in t.destinations:
+                receives[tile].add(ref.buffer)
+        for tile, received in receives.items():
+            for a in received:
+                for b in sends.get(tile, ()):
+                    if a != b:
+                        pairs[tile][a].add(b)
+    return pairs
+
+
+def _separate(requests: list[BufferRequest], avoid: dict[str, set[str]]) -> list[BufferRequest]:
+    """``requests`` with the hazard pairs of ``avoid`` added to ``avoid_element_of``."""
+    if not avoid:
+        return requests
+    out = []
+    for r in requests:
+        extra = sorted(avoid.get(r.name, set()) - set(r.avoid_element_of))
+        out.append(replace(r, avoid_element_of=(*r.avoid_element_of, *extra)) if extra else r)
+    return out
 
 
 def physical_phase(step: ExchangeStep, placement: Placement) -> ExchangePhase:

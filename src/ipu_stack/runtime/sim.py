@@ -356,13 +356,24 @@ class SimDevice:
         # (each tile's calls stay ordered, and tiles share no memory).
         gemms: dict[tuple, list[GemmCall]] = defaultdict(list)
         ordinal: dict[int, int] = defaultdict(int)  # GEMM calls per tile in the current run
+        maps: list[MapCall] = []  # a run of consecutive elementwise / row-wise calls
         for call in calls:
             clock[call.tile] += call_cycles(call)
             if self.kernels is not None:
                 ordinal.clear()
                 self._flush(mem, placement, gemms, step)
+                self._map_run(mem, placement, maps, step)
+                maps = []
                 if self._emulate(mem, placement, call, step):
                     continue
+            if isinstance(call, MapCall) and call.kind in BATCHED_MAP_KINDS:
+                self._flush(mem, placement, gemms, step)
+                ordinal.clear()
+                maps.append(call)
+                continue
+            if maps:
+                self._map_run(mem, placement, maps, step)
+                maps = []
             if isinstance(call, GemmCall):
                 n = ordinal[call.tile]
                 ordinal[call.tile] = n + 1
@@ -380,6 +391,7 @@ class SimDevice:
             ordinal.clear()
             self._flush(mem, placement, gemms, step)
             self._simple(mem, placement, call, step)
+        self._map_run(mem, placement, maps, step)
         self._flush(mem, placement, gemms, step)
 
     def _emulate(self, mem: np.ndarray, placement: Placement, call: KernelCall, step: int) -> bool:
@@ -390,6 +402,29 @@ class SimDevice:
             return off + ipu21.TILE_MEMORY_BASE
 
         return bool(self.kernels.run(mem[call.tile], call, address, call_cycles(call)))
+
+    def _map_run(
+        self, mem: np.ndarray, placement: Placement, calls: list[MapCall], step: int
+    ) -> None:
+        """Run consecutive map calls, those of equal kind, shapes and attributes at the same
+        position in their tile's sequence as one batched NumPy evaluation (tiles share no
+        memory, and each tile's calls stay in order)."""
+        for group in map_call_groups(calls):
+            t0 = group[0]
+            args = [
+                np.stack(
+                    [
+                        self._read_view(
+                            mem, placement, c.tile, c.inputs[i], step, f"{c.kind} input {i}"
+                        )
+                        for c in group
+                    ]
+                )
+                for i in range(len(t0.inputs))
+            ]
+            results = map_semantics(t0, args)
+            for call, result in zip(group, results, strict=True):
+                self._write_map(mem, placement, call, result, step)
 
     def _flush(
         self, mem: np.ndarray, placement: Placement, gemms: dict[tuple, list[GemmCall]], step: int
@@ -419,7 +454,12 @@ class SimDevice:
             self._read_view(mem, placement, t, v, step, f"{call.kind} input {i}")
             for i, v in enumerate(call.inputs)
         ]
-        result = map_semantics(call, args)
+        self._write_map(mem, placement, call, map_semantics(call, args), step)
+
+    def _write_map(
+        self, mem: np.ndarray, placement: Placement, call: MapCall, result: np.ndarray, step: int
+    ) -> None:
+        t = call.tile
         out = call.out
         dtype = np.dtype(ipu21.precision(out.dtype).numpy_name)
         off = self._span(
@@ -603,6 +643,26 @@ def _strided_rows(
     return np.lib.stride_tricks.as_strided(
         tile_mem[offset:], shape=(nrows, row_bytes), strides=(stride, 1)
     )
+
+
+#: Map kinds whose semantics work on stacked ``[calls, rows, cols]`` operands as well.
+BATCHED_MAP_KINDS = frozenset({"add", "mul", "gelu", "cast", "layer_norm", "softmax"})
+
+
+def map_call_groups(calls: list[MapCall]) -> list[list[MapCall]]:
+    """Calls of one run grouped for batched evaluation, in an order that keeps every tile's
+    calls in program order: the n-th call of each tile goes into round n; within a round,
+    calls of equal kind, attributes and operand shapes form one group."""
+    rounds: list[dict[tuple, list[MapCall]]] = []
+    seen: dict[int, int] = defaultdict(int)
+    for call in calls:
+        n = seen[call.tile]
+        seen[call.tile] = n + 1
+        if n == len(rounds):
+            rounds.append({})
+        shapes = tuple((v.rows, v.cols, v.dtype) for v in (call.out, *call.inputs))
+        rounds[n].setdefault((call.kind, call.attrs, shapes), []).append(call)
+    return [group for r in rounds for group in r.values()]
 
 
 def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:

@@ -7,6 +7,7 @@ measured on a C600, one row each, [T]); linear fits through those points are our
 from __future__ import annotations
 
 from ipu_stack.target import ipu21
+from ipu_stack.target.attention_cycles import flash_attention_cycles
 
 # facts §14.1: LayerNorm over 1,152 elements of one row takes 6,732 cycles.
 LAYER_NORM_CYCLES_PER_ELEMENT = 6732 / 1152
@@ -16,9 +17,6 @@ SOFTMAX_CYCLES_PER_ELEMENT = 5232 / 729
 GELU_CYCLES_PER_ELEMENT = 10
 # facts §12.2 / reference §2.3: a cast streams (in + out) bytes at 8 B/cycle.
 CAST_BYTES_PER_CYCLE = ipu21.LOCAL_COPY_BYTES_PER_CYCLE
-# Reference §2.3 (Flash attention): 4 kernel launches per 64-key block.
-ATTENTION_KEY_BLOCK = 64
-ATTENTION_LAUNCHES_PER_BLOCK = 4
 
 
 # Kinds costed like add/mul (facts §12.2: Add 16 elements/cycle): one vector ALU operation per
@@ -46,15 +44,9 @@ def row_kernel_cycles(kind: str, rows: int, cols: int) -> int:
     return int(per * rows * cols + 0.999)
 
 
-def attention_cycles(q_rows: int, k_rows: int, d: int, dv: int, amp_macs_per_cycle: int) -> int:
-    """Attention on one tile: both products on the AMP, softmax over the scores."""
-    macs = q_rows * k_rows * (d + dv)
-    blocks = -(-k_rows // ATTENTION_KEY_BLOCK)
-    return (
-        -(-macs // amp_macs_per_cycle)
-        + row_kernel_cycles("softmax", q_rows, k_rows)
-        + blocks * ATTENTION_LAUNCHES_PER_BLOCK * ipu21.KERNEL_LAUNCH_CYCLES
-    )
+def attention_cycles(q_rows: int, k_rows: int, d: int, dv: int, precision: ipu21.Precision) -> int:
+    """Attention on one tile: the call sequence of :mod:`ipu_stack.target.attention_cycles`."""
+    return flash_attention_cycles(q_rows, k_rows, d, dv, precision)
 
 
 # Indexing and rearrangement kernels (no measurement yet; structure of the formulas above, [I]):

@@ -65,8 +65,8 @@ def attention_candidates(
     qb = -(-tq // parts)
     per_tile = max(1, -(-heads * -(-tq // qb) // tiles))
     eb = ipu21.precision(q.dtype).element_bytes
-    rate = ipu21.precision(q.dtype).amp_macs_per_cycle
-    compute = per_tile * (attention_cycles(qb, tk, d, dv, rate) + ipu21.KERNEL_LAUNCH_CYCLES)
+    precision = ipu21.precision(q.dtype)
+    compute = per_tile * (attention_cycles(qb, tk, d, dv, precision) + ipu21.KERNEL_LAUNCH_CYCLES)
     mask = per_tile * qb * tk * eb if len(op.inputs) == 4 else 0  # worst case: no broadcast
     words = (per_tile * (qb * d + tk * (d + dv)) * eb + mask) // 4
     exchange = ipu21.EXCHANGE_PHASE_OVERHEAD + words
