@@ -26,7 +26,7 @@ import onnx
 from onnx import NodeProto, TensorProto, numpy_helper
 
 from ipu_stack.errors import GraphError
-from ipu_stack.graph import onnx_ops
+from ipu_stack.graph import layer_rolling, onnx_ops
 from ipu_stack.graph.compute_graph import ComputeGraph, Value
 from ipu_stack.graph.onnx_ops import PRECISION_OF
 from ipu_stack.graph.onnx_patterns import (
@@ -111,6 +111,7 @@ def import_onnx(
     *,
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     constants: Mapping[str, np.ndarray] | None = None,
+    roll_layers: bool = True,
 ) -> tuple[ComputeGraph, OnnxBindings]:
     """Import an ONNX model as a ComputeGraph.
 
@@ -119,6 +120,8 @@ def import_onnx(
         input_shapes: static shapes for graph inputs with symbolic dimensions.
         constants: graph inputs to bind as compile-time constants (e.g. the ``shape`` input of
             a Reshape), by name.
+        roll_layers: roll consecutive identical layers into one ``repeat``
+            (``graph/layer_rolling.py``; a ``rolled N layers ...`` line in ``fusions``).
 
     Returns:
         The graph (outputs set) and its ``OnnxBindings``.
@@ -128,7 +131,20 @@ def import_onnx(
             ipu-stack does not support; the message names the node and its op type.
     """
     proto = _load(model)
-    return Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
+    graph, bindings = Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
+    return rolled(graph, bindings) if roll_layers else (graph, bindings)
+
+
+def rolled(graph: ComputeGraph, bindings: OnnxBindings) -> tuple[ComputeGraph, OnnxBindings]:
+    """``graph`` with its identical consecutive layers rolled, and ``bindings`` to match."""
+    result = layer_rolling.roll_layers(graph, bindings.parameters)
+    if not result.fusions:
+        return graph, bindings
+    bindings.parameters = result.parameters
+    bindings.inputs = {k: result.value_map[v.id] for k, v in bindings.inputs.items()}
+    bindings.outputs = {k: result.value_map[v.id] for k, v in bindings.outputs.items()}
+    bindings.fusions = [*bindings.fusions, *result.fusions]
+    return result.graph, bindings
 
 
 # -- load and check -----------------------------------------------------------------------------
