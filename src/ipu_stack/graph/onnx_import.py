@@ -26,7 +26,7 @@ import onnx
 from onnx import NodeProto, TensorProto, numpy_helper
 
 from ipu_stack.errors import GraphError
-from ipu_stack.graph import layer_rolling, onnx_ops
+from ipu_stack.graph import layer_rolling, onnx_external, onnx_ops
 from ipu_stack.graph.compute_graph import ComputeGraph, Value
 from ipu_stack.graph.onnx_ops import PRECISION_OF
 from ipu_stack.graph.onnx_patterns import (
@@ -153,12 +153,7 @@ def _load(model: onnx.ModelProto | str | os.PathLike[str]) -> onnx.ModelProto:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         return copy
-    try:
-        return onnx.load(os.fspath(model))
-    except FileNotFoundError:
-        raise GraphError(f"ONNX model {os.fspath(model)!r} not found") from None
-    except Exception as err:  # protobuf raises DecodeError and friends
-        raise GraphError(f"cannot read ONNX model {os.fspath(model)!r}: {err}") from None
+    return onnx_external.load_model(model)  # large external weights stay memory-mapped
 
 
 def describe(node: NodeProto, position: int) -> str:
@@ -235,7 +230,7 @@ class Importer:
             for vi in [*proto.graph.input, *proto.graph.value_info, *proto.graph.output]
         }
         for tensor in proto.graph.initializer:
-            self.index.constants[tensor.name] = numpy_helper.to_array(tensor)
+            self.index.constants[tensor.name] = onnx_external.tensor_array(tensor)
         self.fold_failures: dict[int, str] = {}
         self.graph = ComputeGraph()
         self.bindings = OnnxBindings(opset=self.opset)
@@ -403,7 +398,7 @@ class Importer:
     def _new_parameter(self, name: str, array: np.ndarray, dtype: str) -> Value:
         if array.size == 0:
             raise GraphError(f"constant {name!r} is empty (shape {array.shape})")
-        data = array.astype(NUMPY_OF[dtype]).reshape(array.shape or (1,))
+        data = array.astype(NUMPY_OF[dtype], copy=False).reshape(array.shape or (1,))
         value = self.graph.parameter(self._fresh(name), data.shape, dtype)
         self.bindings.parameters[value.name] = data
         return value

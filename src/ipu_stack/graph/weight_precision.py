@@ -26,9 +26,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation, Value, reference_op
 
 #: the largest F143 magnitude (reference-system §1.4)
@@ -242,3 +244,25 @@ def _replay_repeat(
 
     return new.repeat(int(op.attr("count")), args[0], args[1 : 1 + n_inv], args[1 + n_inv :],
                       build, name=op.name)  # fmt: skip
+
+
+def quantize_bindings(graph: ComputeGraph, bindings: Any, precision: str) -> ComputeGraph:
+    """``graph`` with its GEMM weights in ``precision`` (``f16``: unchanged); updates the
+    ``OnnxBindings`` ``bindings`` in place (parameters, inputs, outputs, one fusion line)."""
+    if precision not in WEIGHT_PRECISIONS:
+        raise GraphError(
+            f"unknown weight precision {precision!r}; supported: {', '.join(WEIGHT_PRECISIONS)}"
+        )
+    if precision == "f16":
+        return graph
+    result = quantize_weights(graph, bindings.parameters)
+    bindings.parameters = result.parameters
+    bindings.inputs = {k: result.value_map[v.id] for k, v in bindings.inputs.items()}
+    bindings.outputs = {k: result.value_map[v.id] for k, v in bindings.outputs.items()}
+    weights = sum(line.startswith("weight ") for line in result.lines)
+    casts = len(result.lines) - weights
+    bindings.fusions = [
+        *bindings.fusions,
+        f"f8 weights: {weights} weight tensors in F143, {casts} activation casts",
+    ]
+    return result.graph
