@@ -22,8 +22,8 @@ def encoder(layers, dtype="f32"):
     return make_examples.encoder_block(dtype, layers=layers, **SMALL)
 
 
-def run(graph, bindings, x, tiles=TILES):
-    built = build(graph, BuildConfig(tiles=tiles))
+def run(graph, bindings, x):
+    built = build(graph, BuildConfig(tiles=TILES))
     result = SimDevice().run(
         built.program, built.placement, built.schedules, bindings.feeds({"x": x})
     )
@@ -39,14 +39,15 @@ def test_depths_give_equal_programs_and_say_rolled(x):
     # a 4-layer and a 27-layer export of the same config (the So400m tower's depth)
     programs = {}
     for layers in (4, 27):
-        model = encoder(layers)
+        model = encoder(layers, "f16")  # 27 layers of F32 weights do not fit on 32 tiles
         graph, bindings = import_onnx(model)
         assert [op.kind for op in graph.operations] == ["repeat"]
         assert any(f.startswith(f"rolled {layers} layers of ") for f in bindings.fusions)
-        built, got = run(graph, bindings, x, tiles=64)  # 27 layers of weights need 64 tiles
+        built, got = run(graph, bindings, x.astype(np.float16))
         programs[layers] = len(built.program.steps)
-        want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
-        assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
+        feed = {"x": x.astype(np.float16)}
+        want = ort.InferenceSession(model.SerializeToString()).run(None, feed)[0]
+        assert np.abs(got.astype(np.float64) - want).max() <= 0.03 * np.abs(want).max()
     assert programs[4] == programs[27]
 
 
