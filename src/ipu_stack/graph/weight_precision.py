@@ -107,8 +107,16 @@ def activation_maxima(
     its iterations.
     """
     maxima: dict[tuple[int, int], float] = {}
-    _calibrate(graph, {k: np.asarray(v, np.float32) for k, v in feeds.items()}, maxima)
+    _calibrate(graph, feeds, maxima)
     return maxima
+
+
+def max_abs(array: np.ndarray) -> float:
+    """Largest magnitude of ``array``, a leading-axis slice at a time (no full-size temporary)."""
+    a = np.asarray(array)
+    if a.ndim < 3:
+        return float(np.max(np.abs(a), initial=0.0))
+    return max((float(np.max(np.abs(part), initial=0.0)) for part in a), default=0.0)
 
 
 def _calibrate(
@@ -117,15 +125,14 @@ def _calibrate(
     env: dict[int, np.ndarray] = {}
     for v in graph.values:
         if v.kind != "operation":
-            env[v.id] = np.asarray(feeds[v.name], np.float32)
+            env[v.id] = np.asarray(feeds[v.name])  # converted to float32 where used
     for op in graph.operations:
-        args = [env[i] for i in op.inputs]
         weight = _weight_operand(graph, op)
         if weight is not None:
             key = (id(graph), op.inputs[1 - weight])
-            peak = float(np.max(np.abs(args[1 - weight]), initial=0.0))
-            maxima[key] = max(maxima.get(key, 0.0), peak)
+            maxima[key] = max(maxima.get(key, 0.0), max_abs(env[op.inputs[1 - weight]]))
         if op.kind == "repeat":
+            args = [env[i] for i in op.inputs]  # stacked weights stay as they are
             body: ComputeGraph = op.attr("body")
             n_inv = int(op.attr("invariants"))
             names = [v.name for v in body.values if v.kind != "operation"]
@@ -134,8 +141,14 @@ def _calibrate(
                 inner = [carried, *args[1 : 1 + n_inv], *(a[i] for a in args[1 + n_inv :])]
                 carried = _calibrate(body, dict(zip(names, inner, strict=True)), maxima)[0]
             env[op.output] = carried
-        elif op.kind == "view":
+            continue
+        args = [np.asarray(env[i], np.float32) for i in op.inputs]
+        if op.kind == "view":
             env[op.output] = args[0].reshape(graph.value(op.output).shape)
+        elif op.kind == "gemm":  # float32 products (the reference's are float64: slower)
+            a = np.swapaxes(args[0], -1, -2) if op.transpose_left else args[0]
+            b = np.swapaxes(args[1], -1, -2) if op.transpose_right else args[1]
+            env[op.output] = np.matmul(a, b)
         else:
             env[op.output] = np.asarray(reference_op(op, args), np.float32)
     return [env[i] for i in graph.outputs]
@@ -179,7 +192,7 @@ def quantize_weights(
         if v.kind == "host_input":
             vmap[v.id] = new.host_input(v.name, v.shape, v.dtype, v.scale_exponent)
         elif v.kind == "parameter" and v.id in convert and v.name in params:
-            peak = float(np.max(np.abs(np.asarray(params[v.name], np.float32)), initial=0.0))
+            peak = max_abs(params[v.name])
             e = scale_exponent_for(peak)
             vmap[v.id] = new.parameter(v.name, v.shape, "f8", e)
             lines.append(f"weight {v.name!r} {v.shape}: f8, scale 2**{e} (max |w| {peak:.4g})")
