@@ -24,7 +24,10 @@ from ipu_stack.errors import GraphError
 
 #: external tensors up to this size are read into the proto (shape constants, small biases)
 INLINE_BYTES = 64 * 1024
-_FLOAT_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
+_FLOAT_TYPES: dict[int, type[np.floating]] = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.FLOAT16: np.float16,
+}
 
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:

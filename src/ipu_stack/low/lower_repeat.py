@@ -99,11 +99,11 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
         per_shard = []
         for sh in shards:
             stride = iterated[(sh.tile, sh.ref.buffer)]
-            buf, off, (r0, r1) = sh.ref.buffer, sh.ref.offset, sh.rows
-            t, cols, rs, tr = sh.tile, sh.cols, sh.row_stride, sh.transposed
+            name, off, (r0, r1) = sh.ref.buffer, sh.ref.offset, sh.rows
+            tile, cols, rs, tr = sh.tile, sh.cols, sh.row_stride, sh.transposed
             per_shard.append(
                 [
-                    Shard(t, Ref(buf, off + i * stride), (r0 + d, r1 + d), cols, rs, tr)
+                    Shard(tile, Ref(name, off + i * stride), (r0 + d, r1 + d), cols, rs, tr)
                     for i, d in zip(range(count), range(0, count * n_rows, n_rows), strict=True)
                 ]
             )
