@@ -164,12 +164,12 @@ def parts(built: Any, step_cycles: list[int]) -> dict[str, Any]:
     """Simulated cycles per part and the GEMM utilizations of the loop body."""
     steps = built.program.steps
     loop = next((i for i, s in enumerate(steps) if isinstance(s, RepeatStep)), None)
-    if loop is None:
-        return {"embedding": sum(step_cycles), "note": "no loop in the program"}
-    rep = steps[loop]
-    body = range(loop + 1, loop + 1 + rep.length)
-    repeat_op = next(op for op in built.graph.operations if op.kind == "repeat")
-    sub = repeat_op.attr("body")
+    if loop is None:  # one unrolled layer: the whole program
+        count, body, sub, loop = 1, range(len(steps)), built.graph, -1
+    else:
+        count = steps[loop].count
+        body = range(loop + 1, loop + 1 + steps[loop].length)
+        sub = next(op for op in built.graph.operations if op.kind == "repeat").attr("body")
     norms = [op.name for op in sub.operations if op.kind == "layer_norm"]
     split = body.stop
     if len(norms) >= 2:
@@ -177,11 +177,11 @@ def parts(built: Any, step_cycles: list[int]) -> dict[str, Any]:
             (j for j in body if any(belongs(n, norms[1]) for n in step_names(steps[j]))),
             body.stop,
         )
-    per_layer = [step_cycles[j] / rep.count for j in body]
+    per_layer = [step_cycles[j] / count for j in body]
     out: dict[str, Any] = {
-        "embedding": int(sum(step_cycles[:loop])),
+        "embedding": int(sum(step_cycles[: max(loop, 0)])),
         "layers": int(sum(step_cycles[j] for j in body)),
-        "layer_count": rep.count,
+        "layer_count": count,
         "one_layer": round(sum(per_layer)),
         "one_layer_attention": round(sum(per_layer[: split - body.start])),
         "one_layer_mlp": round(sum(per_layer[split - body.start :])),
@@ -192,7 +192,7 @@ def parts(built: Any, step_cycles: list[int]) -> dict[str, Any]:
         if op.kind not in ("gemm", "flash_attention"):
             continue
         mine = [j for j in body if any(belongs(n, op.name) for n in step_names(steps[j]))]
-        cycles = sum(step_cycles[j] for j in mine) / rep.count
+        cycles = sum(step_cycles[j] for j in mine) / count
         left, right = (sub.value(v) for v in op.inputs[:2])
         res = sub.value(op.output)
         k = left.shape[-2] if op.transpose_left else left.shape[-1]
@@ -314,12 +314,9 @@ def run_batch(args: argparse.Namespace, batch: int) -> dict[str, Any]:
 
 def _f16(path: Path) -> onnx.ModelProto:
     """The F32 export converted to F16 (weights read in: the F16 copy is half the size)."""
-    from ipu_stack.graph.onnx_external import load_model
     from ipu_stack.graph.onnx_precision import convert_precision
 
-    proto = load_model(path)
-    onnx.external_data_helper.load_external_data_for_model(proto, "")
-    return convert_precision(proto, "f16")
+    return convert_precision(onnx.load(str(path)), "f16")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,11 @@ def save_external(model, directory, offset=0):
             tensor.ClearField("raw_data")
             del tensor.float_data[:], tensor.int64_data[:]
             tensor.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", "weights.bin"), ("offset", position)):
+            for key, value in (
+                ("location", "weights.bin"),
+                ("offset", position),
+                ("length", len(raw)),
+            ):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, str(value)
             position += -(-len(raw) // 4096) * 4096
@@ -107,3 +111,16 @@ def test_missing_or_short_external_file_is_named(tmp_path):
         load_model(path)
     with pytest.raises(GraphError, match="not found"):
         load_model(tmp_path / "absent.onnx")
+
+
+def test_compile_precision_conversion_reads_external_weights(tmp_path):
+    from ipu_stack.package.commands import _load_onnx
+
+    model = mlp(np.random.default_rng(4))
+    want = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float16)
+    path = save_external(model, tmp_path)
+    proto = _load_onnx(str(path), "f16")
+    w1 = next(t for t in proto.graph.initializer if t.name == "w1")
+    np.testing.assert_array_equal(numpy_helper.to_array(w1), want)
+    lazy = _load_onnx(str(path), None)
+    assert next(t for t in lazy.graph.initializer if t.name == "w1").data_location == 1

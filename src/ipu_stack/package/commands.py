@@ -120,11 +120,10 @@ def _load_onnx(path: str, precision: str | None) -> Any:
     from ipu_stack.graph.onnx_external import load_model
     from ipu_stack.graph.onnx_precision import convert_precision
 
-    proto = load_model(path)  # large external weights stay memory-mapped
     if not precision:
-        return proto
-    onnx.external_data_helper.load_external_data_for_model(proto, "")  # locations are absolute
-    return convert_precision(proto, precision)
+        return load_model(path)  # large external weights stay memory-mapped
+    load_model(path)  # checks the file and its external data, naming what is wrong
+    return convert_precision(onnx.load(path), precision)  # converted: every tensor read in
 
 
 def _compile(args: argparse.Namespace) -> int:
