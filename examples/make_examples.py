@@ -120,17 +120,29 @@ def siglip_mlp(dtype: str = "f16", batch: int = 4, tokens: int = 729, hidden: in
 
 def encoder_block(dtype: str = "f16", causal: bool = False, mask: str = "add", batch: int = 1,
                   tokens: int = 128, hidden: int = 768, heads: int = 12,
-                  intermediate: int = 3072) -> onnx.ModelProto:  # fmt: skip
+                  intermediate: int = 3072, layers: int = 1) -> onnx.ModelProto:  # fmt: skip
     """Pre-norm transformer encoder block: LN, 12-head attention, residual, LN, GeLU MLP, residual.
 
     Args:
+        layers: how many blocks to stack (each with its own weights), as an exporter writes
+            a multi-layer encoder: unrolled.
         causal: add a causal mask before the softmax.
         mask: ``"add"`` (Add of a constant with -inf above the diagonal) or ``"where"``
             (Where(constant lower-triangle, scores, lowest finite value)).
     """
     b = _Builder(dtype, seed=3 + causal)
-    head = hidden // heads
     x = "x"
+    for _ in range(layers):
+        x = _encoder_layer(b, x, dtype, causal, mask, batch, tokens, hidden, heads, intermediate)
+    b.nodes.append(helper.make_node("Identity", [x], ["y"], name="output"))
+    x_info = helper.make_tensor_value_info("x", ELEM[dtype], [batch, tokens, hidden])
+    name = "encoder_block_causal" if causal else "encoder_block"
+    return b.model(name, [x_info], {"y": [batch, tokens, hidden]})
+
+
+def _encoder_layer(b: _Builder, x: str, dtype: str, causal: bool, mask: str, batch: int,
+                   tokens: int, hidden: int, heads: int, intermediate: int) -> str:  # fmt: skip
+    head = hidden // heads
     normed = b.layer_norm(x, hidden, "ln1")
     q = b.linear(normed, hidden, hidden, "q_proj")
     k = b.linear(normed, hidden, hidden, "k_proj")
@@ -166,11 +178,7 @@ def encoder_block(dtype: str = "f16", causal: bool = False, mask: str = "add", b
     x = b.node("Add", [x, attn])
     h = b.linear(b.layer_norm(x, hidden, "ln2"), hidden, intermediate, "fc1")
     h = b.linear(b.gelu_erf(h), intermediate, hidden, "fc2")
-    y = b.node("Add", [x, h])
-    b.nodes.append(helper.make_node("Identity", [y], ["y"], name="output"))
-    x_info = helper.make_tensor_value_info("x", ELEM[dtype], [batch, tokens, hidden])
-    name = "encoder_block_causal" if causal else "encoder_block"
-    return b.model(name, [x_info], {"y": [batch, tokens, hidden]})
+    return b.node("Add", [x, h])
 
 
 #: Every example by file stem.

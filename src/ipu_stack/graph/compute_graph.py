@@ -487,7 +487,7 @@ class ComputeGraph(IndexingOps):
         for j, v in enumerate(invariants):
             v = self._check(v)
             make = sub.parameter if v.kind == "parameter" else sub.host_input
-            inv_in.append(make(f"{op_name}/invariant{j}", v.shape, v.dtype))
+            inv_in.append(make(f"{op_name}/invariant{j}", v.shape, v.dtype, v.scale_exponent))
         it_in = []
         for j, v in enumerate(iterated):
             v = self._check(v)
@@ -496,7 +496,9 @@ class ComputeGraph(IndexingOps):
                     f"{op_name}: iterated value {v.name!r} {v.shape} must be a parameter with a "
                     f"leading axis of {count}"
                 )
-            it_in.append(sub.parameter(f"{op_name}/iterated{j}", v.shape[1:], v.dtype))
+            it_in.append(
+                sub.parameter(f"{op_name}/iterated{j}", v.shape[1:], v.dtype, v.scale_exponent)
+            )
         result = body(sub, c_in, inv_in, it_in)
         if not isinstance(result, Value) or (result.shape, result.dtype) != (
             carried.shape,

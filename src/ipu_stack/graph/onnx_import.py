@@ -26,7 +26,7 @@ import onnx
 from onnx import NodeProto, TensorProto, numpy_helper
 
 from ipu_stack.errors import GraphError
-from ipu_stack.graph import onnx_ops, onnx_ops_exported
+from ipu_stack.graph import layer_rolling, onnx_external, onnx_ops, onnx_ops_exported
 from ipu_stack.graph.compute_graph import ComputeGraph, Value
 from ipu_stack.graph.onnx_fold import numpy_fold
 from ipu_stack.graph.onnx_ops import PRECISION_OF
@@ -118,6 +118,7 @@ def import_onnx(
     *,
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     constants: Mapping[str, np.ndarray] | None = None,
+    roll_layers: bool = True,
 ) -> tuple[ComputeGraph, OnnxBindings]:
     """Import an ONNX model as a ComputeGraph.
 
@@ -126,6 +127,8 @@ def import_onnx(
         input_shapes: static shapes for graph inputs with symbolic dimensions.
         constants: graph inputs to bind as compile-time constants (e.g. the ``shape`` input of
             a Reshape), by name.
+        roll_layers: roll consecutive identical layers into one ``repeat``
+            (``graph/layer_rolling.py``; a ``rolled N layers ...`` line in ``fusions``).
 
     Returns:
         The graph (outputs set) and its ``OnnxBindings``.
@@ -136,7 +139,20 @@ def import_onnx(
     """
     proto = _load(model)
     validate_onnx(proto, model, input_shapes)  # checker rules + ours, before anything else
-    return Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
+    graph, bindings = Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
+    return rolled(graph, bindings) if roll_layers else (graph, bindings)
+
+
+def rolled(graph: ComputeGraph, bindings: OnnxBindings) -> tuple[ComputeGraph, OnnxBindings]:
+    """``graph`` with its identical consecutive layers rolled, and ``bindings`` to match."""
+    result = layer_rolling.roll_layers(graph, bindings.parameters)
+    if not result.fusions:
+        return graph, bindings
+    bindings.parameters = result.parameters
+    bindings.inputs = {k: result.value_map[v.id] for k, v in bindings.inputs.items()}
+    bindings.outputs = {k: result.value_map[v.id] for k, v in bindings.outputs.items()}
+    bindings.fusions = [*bindings.fusions, *result.fusions]
+    return result.graph, bindings
 
 
 # -- load and check -----------------------------------------------------------------------------
@@ -145,12 +161,7 @@ def _load(model: onnx.ModelProto | str | os.PathLike[str]) -> onnx.ModelProto:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         return copy
-    try:
-        return onnx.load(os.fspath(model))
-    except FileNotFoundError:
-        raise GraphError(f"ONNX model {os.fspath(model)!r} not found") from None
-    except Exception as err:  # protobuf raises DecodeError and friends
-        raise GraphError(f"cannot read ONNX model {os.fspath(model)!r}: {err}") from None
+    return onnx_external.load_model(model)  # large external weights stay memory-mapped
 
 
 def describe(node: NodeProto, position: int) -> str:
@@ -229,7 +240,7 @@ class Importer:
         }
         self.index.elem_types = self.elem_types
         for tensor in proto.graph.initializer:
-            self.index.constants[tensor.name] = numpy_helper.to_array(tensor)
+            self.index.constants[tensor.name] = onnx_external.tensor_array(tensor)
         self.fold_failures: dict[int, str] = {}
         self.graph = ComputeGraph()
         self.bindings = OnnxBindings(opset=self.opset)
@@ -459,7 +470,7 @@ class Importer:
     def _new_parameter(self, name: str, array: np.ndarray, dtype: str) -> Value:
         if array.size == 0:
             raise GraphError(f"constant {name!r} is empty (shape {array.shape})")
-        data = array.astype(NUMPY_OF[dtype]).reshape(array.shape or (1,))
+        data = array.astype(NUMPY_OF[dtype], copy=False).reshape(array.shape or (1,))
         value = self.graph.parameter(self._fresh(name), data.shape, dtype)
         self.bindings.parameters[value.name] = data
         return value

@@ -99,7 +99,9 @@ def _shapes_for_checker(proto: onnx.ModelProto) -> onnx.ModelProto:
     ONNX allows a tensor type without a shape (rank unknown) and onnxruntime runs such
     models, but ``check_model`` requires the field on graph inputs and outputs. The copy marks
     the field present (for the check only: ``check_model`` does not infer shapes); it is made
-    only when needed.
+    only when needed. External tensors that the loader resolved to absolute paths (their files
+    already checked by ``graph/onnx_external.py``; the checker wants relative locations and
+    reads the files) become graph inputs of their type and shape in the copy.
     """
     graph = proto.graph
     missing = [
@@ -108,13 +110,26 @@ def _shapes_for_checker(proto: onnx.ModelProto) -> onnx.ModelProto:
         for i, info in enumerate(infos)
         if info.type.HasField("tensor_type") and not info.type.tensor_type.HasField("shape")
     ]
-    if not missing:
+    external = [
+        i
+        for i, t in enumerate(graph.initializer)
+        if t.data_location == onnx.TensorProto.EXTERNAL
+        and any(e.key == "location" and os.path.isabs(e.value) for e in t.external_data)
+    ]
+    if not missing and not external:
         return proto
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     for kind, i in missing:
         info = (copy.graph.input if kind == "input" else copy.graph.output)[i]
         info.type.tensor_type.shape.SetInParent()  # present; rank irrelevant to check_model
+    for i in sorted(external, reverse=True):
+        tensor = copy.graph.initializer[i]
+        if not any(info.name == tensor.name for info in copy.graph.input):
+            copy.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+            )
+        del copy.graph.initializer[i]
     return copy
 
 

@@ -19,6 +19,7 @@ from ipu_stack.low.program import (
     KernelCall,
     LogicalTransfer,
     ProgramBuilder,
+    Ref,
     Shard,
 )
 from ipu_stack.target.ipu21 import precision as lookup_precision
@@ -33,7 +34,7 @@ def _requests(homes: list[Shard]) -> list[GatherRequest]:
 def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
     """Lower a repeat; returns the shards of its result and its estimated cycles."""
     from ipu_stack.low.lower import lower_operations, step_estimate
-    from ipu_stack.mid.lower_mid import lower_mid
+    from ipu_stack.mid.candidates.repeat import body_finalist
 
     g = ctx.graph
     sub: ComputeGraph = op.attr("body")
@@ -41,7 +42,7 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
     n_inv = int(op.attr("invariants"))
     outer = [g.value(v) for v in op.inputs]
     inner = [v for v in sub.values if v.kind != "operation"]
-    finalist = lower_mid(sub, ctx.tiles, finalists=1)[0]
+    finalist = body_finalist(sub, ctx.tiles)
     plans = {o.id: finalist.gemm_plans[o.name] for o in sub.operations if o.kind == "gemm"}
     body = ProgramBuilder()
     body_ctx = OpLowering(sub, body, ctx.tiles, {}, defaultdict(list))
@@ -92,19 +93,21 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
             if key not in iterated:
                 size = body.buffers[key].size
                 iterated[key] = -(-size // BLOCK_ALIGN) * BLOCK_ALIGN
-        for i in range(count):
-            for sh in shards:
-                stride = iterated[(sh.tile, sh.ref.buffer)]
-                ctx.host_shards[outer_v.id].append(
-                    Shard(
-                        sh.tile,
-                        sh.ref.at(i * stride),
-                        (sh.rows[0] + i * n_rows, sh.rows[1] + i * n_rows),
-                        sh.cols,
-                        sh.row_stride,
-                        sh.transposed,
-                    )
-                )
+        # count x shards host shards (the host writes every layer's block): built in one
+        # comprehension per shard, the shard's fields looked up once
+        out = ctx.host_shards[outer_v.id]
+        per_shard = []
+        for sh in shards:
+            stride = iterated[(sh.tile, sh.ref.buffer)]
+            name, off, (r0, r1) = sh.ref.buffer, sh.ref.offset, sh.rows
+            tile, cols, rs, tr = sh.tile, sh.cols, sh.row_stride, sh.transposed
+            per_shard.append(
+                [
+                    Shard(tile, Ref(name, off + i * stride), (r0 + d, r1 + d), cols, rs, tr)
+                    for i, d in zip(range(count), range(0, count * n_rows, n_rows), strict=True)
+                ]
+            )
+        out.extend(s for i in range(count) for s in (blocks[i] for blocks in per_shard))
     for key, stride in iterated.items():
         buf = body.buffers[key]
         body.buffers[key] = Buffer(

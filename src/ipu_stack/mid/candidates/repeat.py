@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.low.lower_ops import flat_shape
 from ipu_stack.mid.candidates.base import Candidate, Footprint
 from ipu_stack.mid.formats import row_layout_format
 from ipu_stack.target import ipu21
 
+if TYPE_CHECKING:
+    from ipu_stack.mid.lower_mid import Finalist
 
-def repeat_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Candidate]:
+
+#: body plans by (id(body), tiles): a build plans each loop body once, not once per use
+_BODY_PLANS: dict[tuple[int, int], tuple[ComputeGraph, Finalist]] = {}
+_BODY_PLANS_KEPT = 8
+
+
+def body_finalist(body: ComputeGraph, tiles: int) -> Finalist:
+    """The best whole-graph plan of a loop body, planned once per body and tile count (the
+    repeat's candidates and every finalist's lowering share it; forked workers inherit it)."""
     from ipu_stack.mid.lower_mid import lower_mid
 
+    key = (id(body), tiles)
+    hit = _BODY_PLANS.get(key)
+    if hit is None or hit[0] is not body:
+        hit = (body, lower_mid(body, tiles, finalists=1)[0])
+        _BODY_PLANS[key] = hit
+        while len(_BODY_PLANS) > _BODY_PLANS_KEPT:
+            del _BODY_PLANS[next(iter(_BODY_PLANS))]
+    return hit[1]
+
+
+def repeat_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Candidate]:
     body: ComputeGraph = op.attr("body")
     count = int(op.attr("count"))
-    best = lower_mid(body, tiles, finalists=1)[0].branch
+    best = body_finalist(body, tiles).branch
     out = graph.value(op.output)
     n, c = flat_shape(out.shape)
     fmt = row_layout_format(out.dtype, n, c, tiles)
