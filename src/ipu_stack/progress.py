@@ -53,11 +53,16 @@ class ProgressTrace(Trace):
             if "finalists" not in bars:
                 bars["finalists"] = _bar(self.finalists or None, "evaluating finalists", "plan")
             bars["finalists"].update(1)
+            bars["finalists"].refresh()
         elif message == "prepared large physical exchange phase":
             if "schedule" not in bars:
                 bars["schedule"] = _bar(None, "scheduling large exchange phases", "phase")
         elif message == "finished large physical exchange phase" and "schedule" in bars:
             bars["schedule"].update(1)
+            bars["schedule"].refresh()
+        elif message == "package build phase finished" and fields.get("phase") == "lower_mid":
+            # finalist evaluation starts now (the events come as finalists finish)
+            bars["finalists"] = _bar(self.finalists or None, "evaluating finalists", "plan")
         elif message == "package build phase finished":
             done = ("finalists", "schedule") if fields.get("phase") == "select_finalist" else ()
             for name in done:

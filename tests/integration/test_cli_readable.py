@@ -82,3 +82,23 @@ def test_run_shows_progress_on_a_terminal_only(compiled, tmp_path):
         return re.sub(r"simulate_seconds=[0-9.]+", "", text)
 
     assert results(stdout) == results(piped.stdout)  # the bar went to the terminal only
+
+
+def test_build_progress_follows_the_trace_events(capsys):
+    from ipu_stack.progress import ProgressTrace
+
+    trace = ProgressTrace(quiet=True)
+    for i in range(3):
+        trace.event("retained operator-plan finalist", finalist=i)
+    trace.event("package build phase finished", phase="lower_mid", elapsed_ms=1, success=True)
+    for i in range(3):
+        trace.event("scheduled operator-plan finalist", finalist=i)
+    trace.event("prepared large physical exchange phase", phase=0)
+    trace.event("finished large physical exchange phase", phase=0)
+    trace.event("package build phase finished", phase="select_finalist", elapsed_ms=1,
+                success=True)  # fmt: skip
+    trace.close()
+    err = capsys.readouterr().err
+    assert "evaluating finalists" in err and "3/3" in err
+    assert "scheduling large exchange phases" in err and "1phase" in err
+    assert len(trace.events) == 10 and not trace.bars  # recorded as a Trace, bars closed

@@ -362,3 +362,36 @@ def test_browser_check_catches_a_broken_page(profiled, tmp_path):
     page.write_text(html.replace("ctx.fillRect(xa, y,", "ctx.fillRectangle(xa, y,"))
     dom = browse(page, tmp_path, "--dump-dom")
     assert 'data-status="ready"' not in dom.stdout and 'data-errors="0"' not in dom.stdout
+
+
+def test_a_loop_is_profiled_once_per_iteration():
+    from ipu_stack import BuildConfig as Config
+    from ipu_stack import ComputeGraph, build_package
+
+    g = ComputeGraph()
+    x = g.host_input("x", (32, 32), "f32")
+    w = g.parameter("W", (3, 32, 32), "f32")
+    g.set_outputs(g.repeat(3, x, [], [w], lambda sg, c, inv, it: sg.gelu(sg.gemm(c, it[0]))))
+    rng = np.random.default_rng(0)
+    weights = {"W": (rng.uniform(-1, 1, (3, 32, 32)) * 0.2).astype(np.float32)}
+    session = Session(SimDevice()).load(build_package(g, Config(tiles=8), weights))
+    session.initialize()
+    session.run({"x": rng.uniform(-1, 1, (32, 32)).astype(np.float32)}, profile=True)
+    profile = profile_format.decode(profile_format.encode(session.last_profile))  # validated
+    steps = session.package.manifest["program"]["steps"]
+    loops = [s for s in steps if s["kind"] == "repeat"]
+    assert len(loops) == 1 and loops[0]["count"] == 3
+    body = loops[0]["length"]
+    executions = profile.tables["executions"]
+    assert len(executions) == len(steps) - 1 + 2 * body  # the body runs 3 times
+    assert sorted(set(profile.column("executions", "iteration").tolist())) == [0, 1, 2]
+    assert int(profile.column("segments", "phase_cycles").sum()) == session.last_run.cycles
+    # the simulator keeps each step's last iteration: the profile's last iteration agrees
+    last = {int(s): e for e, s in enumerate(profile.column("executions", "step").tolist())}
+    seg = profile.tables["segments"]
+    for step, e in last.items():
+        mine = seg[seg[:, 1] == e]
+        ends = np.zeros(profile.tile_count, np.int64)
+        np.maximum.at(ends, mine[:, 0], mine[:, 3])
+        touched = np.unique(mine[:, 0])
+        assert np.array_equal(ends[touched], session.profile.end_cycles[step, touched])
