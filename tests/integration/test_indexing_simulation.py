@@ -190,8 +190,14 @@ def test_transposes_of_on_chip_values_including_the_last_axis(monkeypatch):
 def test_gemm_with_a_transposed_operand_produced_on_chip():
     g = ComputeGraph()
     x = g.host_input("x", (2, 13, 16), "f16")
+    h = g.host_input("h", (24, 16), "f16")
     k = g.mul(x, g.parameter("s", (16,), "f16"))
-    g.set_outputs(g.gemm(x, k, transpose_right=True), g.gemm(k, x, transpose_left=True))
+    g.set_outputs(
+        g.gemm(x, k, transpose_right=True),
+        g.gemm(k, x, transpose_left=True),
+        g.gemm(h, g.parameter("w", (24, 8), "f16"), transpose_left=True),
+        g.transpose(h, (1, 0)),  # h is held transposed by the gemm above: the host rewrites it
+    )
     run(g, feeds_for(g, np.random.default_rng(6)), 16)
 
 
