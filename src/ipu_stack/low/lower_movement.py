@@ -15,8 +15,8 @@ and ``X`` the axis that becomes last:
    ``b*Y + c0 .. b*Y + c1``, columns ``x0 .. x1``: the swapped value is held as 2-D blocks.
 3. a row move to the requested order when the leading axes also move (skipped otherwise).
 
-A strip fallback (``_swap_strips``: each tile receives an ``[X, s]`` strip and transposes
-it) serves shards that are stored transposed. Each step is costed in the planner
+A host input that a GEMM already holds transposed is written again by the host into the
+re-tiled chunks (exchange cannot gather transposed shards). Each step is costed in the planner
 (``mid/candidates/indexing.py``), placed and simulated like every other step.
 """
 
@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import Operation, Value
-from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, row_runs
+from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, host_fill, row_runs
 from ipu_stack.low.lower_ops import OpLowering, _stride, flat_shape, row_partition
 from ipu_stack.low.program import KernelCall, LogicalTransfer, MapCall, Shard, View
-from ipu_stack.mid.candidates.indexing import transpose_steps, transpose_strip
+from ipu_stack.mid.candidates.indexing import transpose_steps
 from ipu_stack.target.ipu21 import precision as lookup_precision
 
 Source = Value | list[Shard]
-#: a tile's staging for a swap may not exceed this many bytes (data region headroom)
-MAX_STAGING_BYTES = 256 * 1024
 
 
 class _Moves:
@@ -45,9 +42,19 @@ class _Moves:
         self.transfers: list[LogicalTransfer] = []
 
 
+def _stored_transposed(ctx: OpLowering, src: Source) -> bool:
+    """A host input a GEMM already holds transposed (exchange cannot gather those shards)."""
+    if not isinstance(src, Value) or src.kind != "host_input":
+        return False
+    return any(sh.transposed for sh in ctx.value_shards.get(src.id, ()))
+
+
 def _fetch(
     ctx: OpLowering, src: Source, dtype: str, reqs: list[GatherRequest], what: str
 ) -> tuple[list[KernelCall], list[LogicalTransfer]]:
+    if isinstance(src, Value) and _stored_transposed(ctx, src):
+        ctx.host_shards[src.id].extend(host_fill(r) for r in reqs)  # the host writes it again
+        return [], []
     if isinstance(src, Value):
         return ctx.fetch(src, reqs, what)
     return gather(reqs, ShardIndex(src), lookup_precision(dtype).element_bytes, what)
@@ -95,58 +102,6 @@ def _row_move(
     ctx.builder.compute(copies)
     ctx.builder.exchange(f"{op.name} {label}", transfers)
     moves.calls += copies
-    moves.transfers += transfers
-    return shards
-
-
-def _swap_strips(
-    ctx: OpLowering,
-    op: Operation,
-    src: Source,
-    batch: int,
-    x: int,
-    y: int,
-    dtype: str,
-    moves: _Moves,
-) -> list[Shard]:
-    """``[B, X, Y] -> [B, Y, X]`` (flat rows ``B*X`` of ``Y`` -> ``B*Y`` of ``X``)."""
-    eb = lookup_precision(dtype).element_bytes
-    strip = transpose_strip(batch, x, y, eb, ctx.tiles)
-    items = [(b, y0) for b in range(batch) for y0 in range(0, y, strip)]
-    per_tile = -(-len(items) // ctx.tiles)
-    out_stride = _stride(x, eb)
-    staging = per_tile * x * _stride(strip, eb) + per_tile * strip * out_stride
-    if staging > MAX_STAGING_BYTES:
-        raise GraphError(
-            f"{op.name}: swapping axes of [{batch}, {x}, {y}] needs {staging} staging bytes "
-            f"per tile on {ctx.tiles} tiles (limit {MAX_STAGING_BYTES})"
-        )
-    reqs: list[GatherRequest] = []
-    calls: list[KernelCall] = []
-    shards = []
-    for i, (b, y0) in enumerate(items):
-        tile = i // per_tile
-        y1 = min(y, y0 + strip)
-        st = _stride(y1 - y0, eb)
-        sref = ctx.carve(tile, f"{op.name}.strip", x * st)
-        reqs.append(GatherRequest(tile, sref, st, (b * x, (b + 1) * x), (y0, y1)))
-        oref = ctx.carve(tile, f"{op.name}.swapped", (y1 - y0) * out_stride)
-        calls.append(
-            MapCall(
-                tile,
-                "transpose",
-                View(oref, y1 - y0, x, out_stride, dtype),
-                (View(sref, x, y1 - y0, st, dtype),),
-                (("col_offset", 0),),
-            )
-        )
-        shards.append(Shard(tile, oref, (b * y + y0, b * y + y1), (0, x), out_stride))
-    ctx.close_buffers()
-    copies, transfers = _fetch(ctx, src, dtype, reqs, op.name)
-    ctx.builder.compute(copies)
-    ctx.builder.exchange(f"{op.name} strips", transfers)
-    ctx.builder.compute(calls)
-    moves.calls += copies + calls
     moves.transfers += transfers
     return shards
 
@@ -240,8 +195,6 @@ def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
     own = ctx.shards_of(src) if first is None and src.kind != "parameter" else None
     if own is not None and _aligned(own, x, unit):
         current = _swap_local(ctx, op, own, x, y, out.dtype, moves)
-    elif own is not None and any(sh.transposed for sh in own):
-        current = _swap_strips(ctx, op, src, batch, x, y, out.dtype, moves)
     else:
         parts = batch_aligned_partition(batch, x, ctx.row_tiles.get(op.name, ctx.tiles), unit)
         regroup = first or tuple(range(rank))

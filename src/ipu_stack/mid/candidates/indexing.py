@@ -28,8 +28,6 @@ GATHER_TABLE_BLOCK_BYTES = 128 * 1024
 #: narrowest column block of a gather table in bytes (wider blocks keep downstream
 #: rearrangements to few pieces per row)
 GATHER_MIN_BLOCK_BYTES = 64
-#: a transpose's strip staging is sized so the phase moves at most this many pieces
-TRANSPOSE_MAX_PIECES = 16_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,15 +153,6 @@ def argmax_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Ca
     eb = ipu21.precision(src.dtype).element_bytes
     kernel = argmax_cycles(rows * c) + ipu21.KERNEL_LAUNCH_CYCLES
     return [_row_candidate(op, fmt, tiles, kernel, rows * c * eb // 4, rows * c * eb)]
-
-
-def transpose_strip(batch: int, x: int, y: int, eb: int, tiles: int) -> int:
-    """Strip width of a batched last-two-axes swap ``[B, X, Y] -> [B, Y, X]``: about one
-    strip per tile, word-aligned, and wide enough to keep the phase to few pieces."""
-    unit = max(1, ipu21.WORD_BYTES // eb)
-    strip = max(-(-batch * y // tiles), -(-batch * x * y // TRANSPOSE_MAX_PIECES), 1)
-    strip = -(-strip // unit) * unit
-    return min(strip, -(-y // unit) * unit)
 
 
 def transpose_steps(perm: tuple[int, ...]) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
