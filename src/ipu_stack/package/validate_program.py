@@ -71,6 +71,9 @@ def validate_structure(package: Package, where: str, segments: np.ndarray) -> No
             for position, call in enumerate(step["calls"]):
                 _call(call, f"{here} call {position}")
     _binding_fields(package, where)
+    for index, kernel in enumerate(m["kernels"]):
+        if not isinstance(kernel, dict) or not isinstance(kernel.get("name"), str):
+            raise PackageError(f"{where}: kernel entry {index} has no name")
     _coverage(package, where)
 
 
