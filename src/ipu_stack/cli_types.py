@@ -148,7 +148,8 @@ def require_storable(shapes: Iterable[tuple[str, tuple[int, ...]]], dtype: str) 
         size = math.prod(dims) * element
         if size > MACHINE_TILE_MEMORY:
             raise PlanError(
-                f"{name} {'x'.join(map(str, dims))} ({dtype}) needs {size:.3g} bytes; the "
-                f"IPU21's tile memory holds {MACHINE_TILE_MEMORY} bytes ({ipu21.TILES} tiles x "
-                f"{ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE})"
+                f"{name} {'x'.join(map(str, dims))} ({dtype}) needs {size:.3g} bytes and does not "
+                f"fit in tile memory: the IPU21's {ipu21.TILES} tiles x "
+                f"{ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE} bytes hold "
+                f"{MACHINE_TILE_MEMORY} bytes"
             )

@@ -210,10 +210,17 @@ def _field(mapping: dict[str, Any], key: str, where: str) -> Any:
     return mapping[key]
 
 
+#: Bound of every integer of a snapshot: far above any tile id, address or length, far below
+#: where int64 arithmetic on them (a length in bytes, an end address) could overflow.
+_INTEGER_LIMIT = 2**40
+
+
 def _integer(mapping: dict[str, Any], key: str, where: str) -> int:
     value = _field(mapping, key, where)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise PackageError(f"{where}: {key!r} must be an integer, got {value!r}")
+        raise PackageError(f"{where}: {key!r} must be an integer, got {value!r:.40}")
+    if abs(value) > _INTEGER_LIMIT:
+        raise PackageError(f"{where}: {key!r} is {value}, beyond the limit +-2^40")
     return value
 
 
@@ -235,6 +242,7 @@ def _transfer(item: object, where: str) -> Transfer:
             not isinstance(pair, list)
             or len(pair) != 2
             or any(isinstance(v, bool) or not isinstance(v, int) for v in pair)
+            or any(abs(v) > _INTEGER_LIMIT for v in pair)
         ):
             raise PackageError(f"{where}: destination {pair!r} is not [tile, address]")
         destinations.append((pair[0], pair[1]))

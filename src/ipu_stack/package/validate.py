@@ -218,7 +218,7 @@ def _validate_bindings(
         names.add(name)
         if b.get("role") not in ROLES:
             raise _fail(where, f"{here}: role {b.get('role')!r} is not one of {', '.join(ROLES)}")
-        if b.get("dtype") not in ipu21.PRECISIONS:
+        if not isinstance(b.get("dtype"), str) or b["dtype"] not in ipu21.PRECISIONS:
             raise _fail(where, f"{here}: dtype {b.get('dtype')!r} is not supported")
         shape = b.get("shape")
         if (
@@ -385,7 +385,7 @@ def _validate_program(package: Package, where: str) -> None:
     first = transfers[:, 4]
     ends = np.append(first[1:], len(destinations))
     if len(transfers) and (
-        first[0] != 0 or (np.diff(first) < 1).any() or ends[-1] != len(destinations)
+        first[0] != 0 or (np.diff(first) < 1).any() or (ends - first < 1).any()
     ):
         raise _fail(where, "transfer destination ranges are not consecutive and non-empty")
 

@@ -70,7 +70,20 @@ def validate_structure(package: Package, where: str, segments: np.ndarray) -> No
         else:
             for position, call in enumerate(step["calls"]):
                 _call(call, f"{here} call {position}")
+    _binding_fields(package, where)
+    for index, kernel in enumerate(m["kernels"]):
+        if not isinstance(kernel, dict) or not isinstance(kernel.get("name"), str):
+            raise PackageError(f"{where}: kernel entry {index} has no name")
     _coverage(package, where)
+
+
+def _binding_fields(package: Package, where: str) -> None:
+    for b in package.bindings():
+        here = f"{where}: binding {b['name']!r}"
+        if "scale_exponent" in b:
+            int_field(b, "scale_exponent", here, -128, 127)
+        if "embedded" in b and not isinstance(b["embedded"], bool):
+            raise PackageError(f"{here}: 'embedded' must be true or false")
 
 
 #: Field kinds of each call (after kind and tile): ``a`` address or count >= 0, ``n`` count
@@ -100,6 +113,27 @@ def _call(call: object, where: str) -> None:
             raise PackageError(f"{where}: {call[0]} field {index + 2} is bad: {value!r:.60}")
     if call[0] == "gemm" and call[8] != "f8" and call[11] != 0:
         raise PackageError(f"{where}: a {call[8]} gemm has a scale exponent ({call[11]})")
+    if max(_operand_bytes(call)) > TILE_MEMORY_SIZE:
+        raise PackageError(
+            f"{where}: a {call[0]} call's operand of {max(_operand_bytes(call))} bytes does "
+            f"not fit in tile memory ({TILE_MEMORY_SIZE} bytes)"
+        )
+
+
+def _operand_bytes(call: list) -> list[int]:
+    """The bytes each operand of a (well-typed) call spans at least."""
+    kind = call[0]
+    if kind == "gemm":
+        rows, k, cols, eb = call[5], call[6], call[7], ipu21.precision(call[8]).element_bytes
+        return [rows * k * eb, k * cols * eb, rows * cols * eb]
+    if kind == "add":
+        return [call[4] * ipu21.precision(call[5]).element_bytes]
+    if kind in ("copy", "fill"):
+        return [call[-1]]
+    if kind == "map":
+        views = [call[3], *call[4]]
+        return [v[1] * v[2] * ipu21.precision(v[4]).element_bytes for v in views] or [0]
+    return [0]
 
 
 def _is_int(value: object) -> bool:
@@ -109,7 +143,7 @@ def _is_int(value: object) -> bool:
 def _field_ok(kind: str, value: object) -> bool:
     if kind in "anzb":
         low = {"a": 0, "n": 1, "z": -(2**31), "b": 0}[kind]
-        high = 1 if kind == "b" else 2**31 if kind == "z" else 2**40
+        high = {"a": 2**32, "n": TILE_MEMORY_SIZE, "z": 2**31, "b": 1}[kind]
         return _is_int(value) and low <= value <= high  # type: ignore[operator]
     if kind == "p":
         return isinstance(value, str) and value in ipu21.PRECISIONS

@@ -55,8 +55,7 @@ def check_array(
         return wide.astype(np.int32)
     if not cast:
         raise GraphError(
-            f"{what} expects dtype {dtype}, got {value.dtype} "
-            "(--cast-inputs / cast=True converts)"
+            f"{what} expects dtype {dtype}, got {value.dtype} (--cast-inputs / cast=True converts)"
         )
     if value.dtype.kind not in "biuf":
         raise GraphError(f"{what}: dtype {value.dtype} cannot be converted to {dtype}")
