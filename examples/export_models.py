@@ -321,6 +321,19 @@ MODELS: dict[str, Callable[[str, np.random.Generator], Sample]] = {
 }
 
 
+def strip_metadata(path: Path) -> None:
+    """Drop the exporters' per-node doc strings and metadata (source locations, stack
+    traces: half of a dynamo file); the graph itself is untouched."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        node.doc_string = ""
+        del node.metadata_props[:]
+    model.doc_string = ""
+    onnx.save(model, str(path))
+
+
 def export(name: str, exporter: str, size: str, out: Path) -> Path:
     """Build model ``name`` and export it with ``exporter``; returns the ``.onnx`` path."""
     import onnxruntime as ort
@@ -347,6 +360,7 @@ def export(name: str, exporter: str, size: str, out: Path) -> Path:
             module, args, str(path), dynamo=dynamo, opset_version=opset,
             input_names=list(sample.inputs), output_names=list(sample.outputs), **kwargs,
         )  # fmt: skip
+    strip_metadata(path)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = {i.name: sample.inputs[i.name] for i in session.get_inputs()}
     names = [o.name for o in session.get_outputs()]

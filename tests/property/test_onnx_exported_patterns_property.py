@@ -112,9 +112,14 @@ def test_guarded_attention_fuses_in_any_form(data):
     b = Builder(data.draw)
     heads, t, d = 2, 5, 4
     scale = 1 / np.sqrt(d)
-    k_form = data.draw(st.sampled_from(["transpose", "reshapes"]))
+    k_form = data.draw(st.sampled_from(["transpose", "reshapes", "merged"]))
     if k_form == "transpose":
         kt = b.op("Transpose", "k", commute=False, perm=[0, 1, 3, 2])
+    elif k_form == "merged":  # K's leading axes already merged: swap, restore
+        merged = b.op("Reshape", "k", b.const_int((heads, t, d)), commute=False)
+        merged = b.op("Add", merged, b.const(np.float32(0.25)))  # computed, not a Reshape
+        swapped = b.op("Transpose", merged, commute=False, perm=[0, 2, 1])
+        kt = b.op("Reshape", swapped, b.const_int((1, heads, d, t)), commute=False)
     else:  # dynamo: merge the leading axes, swap, restore
         merged = b.op("Reshape", "k", b.const_int((heads, t, d)), commute=False)
         swapped = b.op("Transpose", merged, commute=False, perm=[0, 2, 1])

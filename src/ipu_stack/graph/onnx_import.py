@@ -185,6 +185,39 @@ def _dtype_name(elem_type: int) -> str:
         return f"element type {elem_type}"
 
 
+#: initializers above this many elements are hidden from shape inference (only their type and
+#: shape matter there; serialising a large model's weights dominated its import time)
+INFERENCE_DATA_LIMIT = 4096
+
+
+def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` with ONNX shape inference's value_info (and output types) added.
+
+    Inference runs on a copy whose large initializers are declared as graph inputs of the
+    same type and shape, without their data; small ones (shape tensors) keep their values
+    for data propagation.
+    """
+    light = onnx.ModelProto()
+    light.CopyFrom(proto)
+    graph = light.graph
+    large = [t for t in graph.initializer if int(np.prod(t.dims)) > INFERENCE_DATA_LIMIT]
+    if large:
+        small = [t for t in graph.initializer if int(np.prod(t.dims)) <= INFERENCE_DATA_LIMIT]
+        declared = {i.name for i in graph.input}
+        for t in large:
+            if t.name not in declared:
+                graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                      list(t.dims)))  # fmt: skip
+        del graph.initializer[:]
+        graph.initializer.extend(small)
+    inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(inferred.graph.value_info)
+    for out, typed in zip(proto.graph.output, inferred.graph.output, strict=True):
+        out.type.CopyFrom(typed.type)
+    return proto
+
+
 def _opset(proto: onnx.ModelProto) -> int:
     for entry in proto.opset_import:
         if entry.domain in ("", "ai.onnx"):
@@ -219,7 +252,7 @@ class Importer:
                 for d in input_shapes[value_info.name]:
                     shape.dim.add().dim_value = int(d)
         try:
-            proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+            proto = _infer_shapes(proto)
         except Exception as err:  # InferenceError: inconsistent shapes or types
             raise GraphError(f"ONNX shape inference failed: {err}") from None
         self.graph_proto = proto.graph
@@ -337,6 +370,14 @@ class Importer:
     def _reinfer(self) -> bool:
         """Shape inference again with folded tensors as initializers (shapes computed by
         Shape/Expand/ConstantOfShape chains become static); True if a shape was learned."""
+        unknown = [
+            o
+            for n in self.index.nodes
+            for o in n.output
+            if o and o not in self.index.shapes and o not in self.index.constants
+        ]
+        if not unknown:  # nothing to learn (most models: skip a second inference)
+            return False
         model = onnx.ModelProto()
         model.CopyFrom(self.proto)
         graph = model.graph

@@ -374,6 +374,8 @@ def attention_fusion(imp: Importer, fusion: AttentionFusion, out: str) -> Value:
     g = imp.graph
     q, v = imp.value(fusion.q), imp.value(fusion.v)
     k = imp.value(fusion.k_source)
+    if fusion.k_view is not None:  # K with its leading axes merged: restore them (a relabel)
+        k = g.view(k, fusion.k_view, name=imp.op_name(f"{out}/k_heads"))
     if fusion.k_perm is not None:
         k = g.transpose(k, fusion.k_perm, name=imp.op_name(f"{out}/k"))
     if fusion.mask is not None:  # a run-time additive mask (flash_attention(mask=...), part B)

@@ -130,6 +130,7 @@ class AttentionFusion:
     scale: float
     causal: bool
     mask: str | None = None  # a run-time additive mask tensor
+    k_view: tuple[int, ...] | None = None  # k_source is viewed as this shape first
 
     @property
     def operands(self) -> tuple[str, ...]:
@@ -427,6 +428,7 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     # k^T is either a Transpose we can compose into one permutation of its input, or a tensor
     # we transpose back with the last two axes swapped.
     k_source, k_perm, k_transpose = kt, None, list[int]()
+    k_view: tuple[int, ...] | None = None
     kt_shape = index.shapes.get(kt)
     if kt_shape is None:
         return None
@@ -436,7 +438,7 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     perm = transpose_perm(index, transpose) if transpose is not None else None
     reshaped = swapped_by_reshapes(index, kt, k_nodes[0] if k_nodes else qk_pos)
     if reshaped is not None:
-        k_source, k_transpose = reshaped
+        k_source, k_transpose, k_view = reshaped
     elif (
         transpose is not None
         and perm is not None
@@ -449,6 +451,7 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     else:
         k_perm = swap
     q_shape, v_shape, src_shape = (index.shapes.get(n) for n in (q, v, k_source))
+    src_shape = k_view or src_shape
     if q_shape is None or v_shape is None or src_shape is None:
         return None
     k_shape = src_shape if k_perm is None else tuple(src_shape[p] for p in k_perm)
@@ -463,8 +466,10 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
     if mask is not None:
         mask_shape, scores_shape = index.shapes.get(mask), index.shapes.get(qk)
         try:
-            if mask_shape is None or scores_shape is None or (
-                np.broadcast_shapes(mask_shape, scores_shape) != scores_shape
+            if (
+                mask_shape is None
+                or scores_shape is None
+                or (np.broadcast_shapes(mask_shape, scores_shape) != scores_shape)
             ):
                 return None
         except ValueError:
@@ -483,7 +488,7 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
         if classified is None:
             return None
         causal = classified
-    fusion = AttentionFusion(q, k_source, k_perm, v, float(scale), causal, mask)
+    fusion = AttentionFusion(q, k_source, k_perm, v, float(scale), causal, mask, k_view)
     absorbed = [soft_pos, *mask_nodes, *scale_nodes, qk_pos, *q_nodes, *k_nodes, *k_transpose,
                 *guard_nodes]  # fmt: skip
     return fusion, absorbed

@@ -124,9 +124,13 @@ def peel_probabilities(index: OnnxIndex, probs: str, user: int) -> tuple[str, li
         return probs, nodes
 
 
-def swapped_by_reshapes(index: OnnxIndex, kt: str, user: int) -> tuple[str, list[int]] | None:
+def swapped_by_reshapes(
+    index: OnnxIndex, kt: str, user: int
+) -> tuple[str, list[int], tuple[int, ...] | None] | None:
     """``Reshape(Transpose(Reshape(k), (0, 2, 1)))`` that equals ``k`` with its last two axes
-    swapped (leading axes merged and restored); returns k and the three nodes."""
+    swapped (leading axes merged and restored): returns k, the three nodes and None. Without
+    the inner Reshape (the transposed tensor is K with merged leading axes already), returns
+    that tensor, the two nodes and the shape to view it as."""
     outer = index.node_of(kt, "Reshape")
     if outer is None or not index.private(kt, user):
         return None
@@ -135,9 +139,16 @@ def swapped_by_reshapes(index: OnnxIndex, kt: str, user: int) -> tuple[str, list
     if transpose is None or not index.private(outer.input[0], outer_pos):
         return None
     t_pos = index.index_of(transpose)
+    perm, out = transpose_perm(index, transpose), index.shapes.get(kt)
+    merged_k = index.shapes.get(transpose.input[0])
     inner = index.node_of(transpose.input[0], "Reshape")
     if inner is None or not index.private(transpose.input[0], t_pos):
-        return None
+        if perm != (0, 2, 1) or out is None or merged_k is None or len(out) < 3:
+            return None
+        view = (*out[:-2], out[-1], out[-2])
+        if len(merged_k) != 3 or merged_k != (int(np.prod(out[:-2])), *view[-2:]):
+            return None
+        return transpose.input[0], [outer_pos, t_pos], view
     k = inner.input[0]
     k_shape, mid, out = (index.shapes.get(n) for n in (k, transpose.input[0], kt))
     perm = transpose_perm(index, transpose)
@@ -148,7 +159,7 @@ def swapped_by_reshapes(index: OnnxIndex, kt: str, user: int) -> tuple[str, list
         return None
     if tuple(out) != (*k_shape[:-2], k_shape[-1], k_shape[-2]):
         return None
-    return k, [outer_pos, t_pos, index.index_of(inner)]
+    return k, [outer_pos, t_pos, index.index_of(inner)], None
 
 
 def _only_live_user(index: OnnxIndex, tensor: str, user: int) -> bool:
