@@ -10,7 +10,7 @@ Same conventions as ``onnx_ops``: an emitter returns the node's first output.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from onnx import NodeProto, TensorProto
@@ -35,18 +35,6 @@ if TYPE_CHECKING:
 #: ONNX op type -> ComputeGraph elementwise function
 UNARY_OPS = {"Tanh": "tanh", "Sigmoid": "sigmoid", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
              "Neg": "neg"}  # fmt: skip
-
-
-def later(imp: Importer) -> Any:
-    """The graph, untyped: for operations issue 11 part B adds (concat, gather, argmax, ...),
-    called only after ``needs`` checked they exist."""
-    return imp.graph
-
-
-def needs(imp: Importer, method: str, what: str) -> None:
-    """Raise GraphError when the graph lacks ``method`` (an operation of issue 11 part B)."""
-    if not hasattr(imp.graph, method):
-        raise GraphError(f"{what} needs the graph operation {method!r}, which this build lacks")
 
 
 def _unary(kind: str) -> Emitter:
@@ -175,7 +163,6 @@ def emit_split(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
 def _concat_values(imp: Importer, values: list[Value], axis: int, name: str) -> Value:
     if len(values) == 1:
         return values[0]
-    needs(imp, "concat", "a Concat of computed tensors")
     return imp.graph.concat(values, axis, name=name)
 
 
@@ -203,7 +190,6 @@ def emit_gather(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
                 f"run-time indices {index_name!r} are supported only as an embedding lookup "
                 f"(axis 0 of a 2-D table; here axis {axis} of {table.shape})"
             )
-        needs(imp, "gather", "an embedding lookup with run-time ids")
         return g.gather(table, imp.value(index_name), name=imp.op_name(out))
     x = imp.value(data_name)
     rank = len(x.shape)
@@ -296,13 +282,11 @@ def emit_argmax(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     x = imp.value(node.input[0])
     if _int(node, "select_last_index", 0):
         raise GraphError("select_last_index=1 is not supported")
-    needs(imp, "argmax", "ArgMax")
     axis, keep = _int(node, "axis", 0), bool(_int(node, "keepdims", 1))
     return imp.graph.argmax(x, axis % len(x.shape), keepdims=keep)
 
 
 def emit_equal(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    needs(imp, "equal", "Equal")
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
     return imp.graph.equal(a, b, name=imp.op_name(imp.label(node)))
 
@@ -340,11 +324,10 @@ def runtime_attention_mask(imp: Importer, node: NodeProto, name: str, q: Value) 
         )
     mask = imp.value(name)
     if imp.elem_types.get(name) == TensorProto.BOOL:
-        needs(imp, "where", "a boolean run-time attn_mask")
         zero = imp.derived(imp.label(node), "open", np.array(0.0), q)
         blocked = imp.derived(imp.label(node), "blocked", np.array(-np.inf), q)
         where_name = imp.op_name(f"{imp.label(node)}/mask")
-        return later(imp).where(mask, zero, blocked, name=where_name)
+        return imp.graph.where(mask, zero, blocked, name=where_name)
     return mask
 
 
