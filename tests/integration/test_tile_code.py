@@ -133,7 +133,7 @@ def test_validation_rejects_entry_model_overlap_and_rows_outside_memory(package_
     blob = bytearray(package.data)
     entry_ = package.manifest["sections"]["segments"]
     blob[entry_["offset"] : entry_["offset"] + entry_["size"]] = seg.astype("<i8").tobytes()
-    with pytest.raises(PackageError, match="overlaps data|overlap"):
+    with pytest.raises(PackageError, match=r"overlaps data|overlap"):
         Package.from_bytes(_resealed(package, bytes(blob)))
 
     # a row's pointer write aimed past tile memory

@@ -372,7 +372,7 @@ def _step_ops(
                 words.append(("spill", 1 + LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1))
             elif isinstance(value, Ref):
                 shift = repeat.iterated.get((tile, value.buffer), 0) * iteration if repeat else 0
-                words.append(("ref", value, shift))  # type: ignore[arg-type]
+                words.append(("ref", value, shift))
             else:
                 words.append(int(value))
         table = len(tables)
