@@ -188,7 +188,7 @@ def run_images(
                 regs[f["reg"]] = pc + 4
                 if target in entries:
                     kernel_call(t, target, pc)
-                    t.pc = pc + 4
+                    t.pc = regs[10]  # the kernel returns with br $m10 (registry ABI)
                     continue
                 t.pc = target
                 continue
