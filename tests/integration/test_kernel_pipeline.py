@@ -87,8 +87,10 @@ def test_seed_failure_exits_nonzero_without_traceback_or_entry(tmp_path):
 def test_missing_source_is_bad_input_with_one_line(tmp_path):
     out = cli("kernel-compile", str(tmp_path / "absent.S"), cache=tmp_path / "c")
     assert out.returncode == 2
-    assert out.stderr.strip() == f"ipu-stack: error: kernel source {tmp_path / 'absent.S'} not " \
+    assert (
+        out.stderr.strip() == f"ipu-stack: error: kernel source {tmp_path / 'absent.S'} not "
         "found (expected an assembly template .S)"
+    )
     assert not (tmp_path / "c").exists() or entries(tmp_path / "c") == []
 
 

@@ -23,7 +23,7 @@ from ipu_stack.tilecode.decode import decode_rows
 ABSENT = "no kernel object: no SDK compiled the kernel (check-only build); the entry holds a placeholder and the simulator runs the registry's reference semantics"  # noqa: E501
 
 
-def write_images(writer: SectionWriter, built: Any, seg_rows: list[tuple[int, ...]]) -> dict:
+def write_images(writer: SectionWriter, built: Any, seg_rows: list[Any]) -> dict:
     """Append the image segments (to ``seg_rows``), the ``images`` blob, the ``rows`` table
     and the kernel objects; returns the manifest's ``tile_code`` record."""
     images = built.images

@@ -52,7 +52,14 @@ def check_outputs(
         if i.name not in inputs:
             raise GraphError(f"--check: the model's input {i.name!r} is not a package input")
         feeds[i.name] = np.asarray(inputs[i.name])
-    reference = dict(zip(names, session.run(names, feeds), strict=True))
+    try:
+        results = session.run(names, feeds)
+    except Exception as err:  # onnxruntime's own exception types: a model/package mismatch
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise GraphError(
+            f"--check: {model} does not accept the package's inputs: {first}"
+        ) from None
+    reference = dict(zip(names, results, strict=True))
     report = []
     for name, want in reference.items():
         if name not in outputs:

@@ -24,6 +24,7 @@ the cost is proportional to the words moved, not to cycles x tiles.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +40,7 @@ _MUX_NONE = 0x1FFF  # the decoder's reading of "no source" (facts: 13-bit XPIC v
 _BASE_WORD = ipu21.TILE_MEMORY_BASE // 4
 _END_WORD = ipu21.TILE_MEMORY_END // 4
 _TAIL = 256  # cycles past the last send within which every open window must have closed
+CHUNK_CYCLES = 2_000_000  # receive cycles expanded at once (memory: ~100 bytes each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,50 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
         )
     np.maximum.at(ends, x_owner[x_live], np.minimum(x_stop, horizon + _TAIL)[x_live])
     w_len = np.maximum(np.where(x_live, x_stop - x_act, 0), 0)
+    # every sent word a phase reads (for the hazard check), then the receive cycles in chunks
+    # of whole tiles (bounded memory: a multicast phase can have tens of millions of them)
+    wpi_item = np.where(item_paired, 2, 1)
+    read_tile = logical_of[item_tile]
+    read_key = np.unique(np.concatenate([
+        read_tile * _BIG + item_word - _BASE_WORD,
+        (read_tile * _BIG + item_word + 1 - _BASE_WORD)[wpi_item == 2],
+    ]))  # fmt: skip
+    p_mask = d.kind == _K["delaypic"]
+    bounds = _chunks(x_owner, w_len, CHUNK_CYCLES)
+    for lo, hi in bounds:
+        chunk = (owner >= lo) & (owner < hi)
+        sel = (x_owner >= lo) & (x_owner < hi)
+        _receive(
+            where, rows, words32, logical_of, d, phys, act, addr, is_pair, p_mask, chunk,
+            x_tile[sel], x_act[sel], x_value[sel], x_where[sel], x_paired[sel], w_len[sel],
+            item_key, order, s_sctl, i_send, item_paired, item_word, s_where, read_key,
+        )  # fmt: skip
+    return ends
+
+
+def _chunks(x_owner: IntArray, w_len: IntArray, limit: int) -> list[tuple[int, int]]:
+    """Row ranges ``[lo, hi)`` whose receive cycles total about ``limit`` each."""
+    if not len(x_owner):
+        return []
+    per_row = np.bincount(x_owner, weights=w_len, minlength=int(x_owner.max()) + 1)
+    out, lo, total = [], 0, 0.0
+    for row, n in enumerate(per_row.tolist()):
+        if total and total + n > limit:
+            out.append((lo, row))
+            lo, total = row, 0.0
+        total += n
+    out.append((lo, len(per_row)))
+    return out
+
+
+def _receive(
+    where: str, rows: list[Row], words32: np.ndarray, logical_of: IntArray, d: Any,
+    phys: IntArray, act: IntArray, addr: IntArray, is_pair: Any, p_mask: Any, chunk: Any,
+    x_tile: IntArray, x_act: IntArray, x_value: IntArray, x_where: IntArray, x_paired: Any,
+    w_len: IntArray, item_key: IntArray, order: IntArray, s_sctl: IntArray, i_send: IntArray,
+    item_paired: Any, item_word: IntArray, s_where: IntArray, read_key: IntArray,
+) -> None:  # fmt: skip
+    """Receive cycles of one chunk of rows: match, check and write (see module docstring)."""
     w_idx, w_k = _segments(w_len)
     r_tile, r_cycle, r_src = x_tile[w_idx], x_act[w_idx] + w_k, x_value[w_idx]
     r_where, r_paired = x_where[w_idx], x_paired[w_idx]
@@ -167,18 +213,11 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
         a[r_order] for a in (r_tile, r_cycle, r_src, r_where, r_key, r_paired)
     )
     if not len(r_key):
-        _apply(
-            words32,
-            logical_of,
-            np.zeros(0, np.int64),
-            np.zeros(0, np.int64),
-            np.zeros(0, np.uint32),
-        )
-        return ends
+        return
 
     # the pointer at every receive cycle (a PIC write acts from the next cycle)
     p_mask = d.kind == _K["delaypic"]
-    pic_mask = (p_mask | is_pair) & (d.sel == 0)
+    pic_mask = (p_mask | is_pair) & (d.sel == 0) & chunk
     pic_value = np.where(is_pair, d.pic, d.value)
     effect = act[pic_mask] + 1  # a PIC write acts from the next cycle
     ptr_idx, ptr_value = _latest(phys, effect, pic_mask, r_key, pic_value)
@@ -257,7 +296,6 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
             f"written at {(dst_word[i] + _BASE_WORD) * 4:#x} in one phase (pointer set at "
             f"{ptr_where[ptr_idx[w_slot[i]]]:#x})"
         )
-    read_key = np.unique(src_log * _BIG + src_word)
     hazard = np.isin(read_key, sorted_dst)
     if hazard.any():
         k = int(read_key[hazard][0])
@@ -269,7 +307,6 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
         )
     values = words32[src_log, src_word]
     _apply(words32, logical_of, dst_log, dst_word, values)
-    return ends
 
 
 def _length(row: Row) -> int:

@@ -36,7 +36,10 @@ from ipu_stack.tilecode.decode import Decoded, decode
 
 BASE = ipu21.TILE_MEMORY_BASE
 ROW_LIMIT_WORDS = MEMORY_BYTES // 4
-INSTRUCTION_LIMIT = 50_000_000  # a runaway program (a corrupted branch) faults instead of hanging
+#: a runaway program (a corrupted branch) faults instead of hanging: at most this many
+#: instructions per code word of the package (loops run their bodies many times) ...
+INSTRUCTIONS_PER_CODE_WORD = 200
+INSTRUCTION_FLOOR = 1_000_000  # ... and at least this many
 _ROW_MNEMONICS = frozenset({"delay", "delaypic", "delayxpic", "send", "sendoff", "sendpic"})
 RUN, SYNC, ROW, DONE = "run", "sync", "row", "done"
 
@@ -98,7 +101,13 @@ def run_images(
     state = [_Tile(i, int(p), int(code["entry"])) for i, p in enumerate(tiles)]
     cache: dict[int, Decoded] = {}
     pending: list[tuple[int, int, int, KernelCall]] = []
-    budget = [INSTRUCTION_LIMIT]
+    code_words = sum(
+        size // 4
+        for _, _, size, flags, offset in package.table("segments").tolist()
+        if offset >= 0 and flags & 4
+    )
+    limit = max(INSTRUCTION_FLOOR, INSTRUCTIONS_PER_CODE_WORD * code_words)
+    budget = [limit]
     barriers = 0
     host_syncs = 0
 
@@ -160,7 +169,7 @@ def run_images(
             budget[0] -= 1
             if budget[0] < 0:
                 raise SimulationError(
-                    f"tile {t.physical}: more than {INSTRUCTION_LIMIT} instructions executed "
+                    f"tile {t.physical}: more than {limit} instructions executed "
                     f"(pc {t.pc:#x}): the program does not terminate"
                 )
             ins = fetch(t)
@@ -182,7 +191,7 @@ def run_images(
                 regs[f["reg"]] = pc + 4
                 if target in entries:
                     kernel_call(t, target, pc)
-                    t.pc = pc + 4
+                    t.pc = regs[10]  # the kernel returns with br $m10 (registry ABI)
                     continue
                 t.pc = target
                 continue

@@ -10,31 +10,47 @@ class EncodeError(IpuStackError):
     """A field value does not fit its instruction's field (never encoded wrongly)."""
 
 
+def _ranges() -> dict[str, tuple[int, tuple[tuple[str, int, int, int, int], ...]]]:
+    """Per mnemonic: opcode and ``(field, shift, mask, low, high)`` from the one table."""
+    out = {}
+    for mnemonic, form in FORMS.items():
+        fields = []
+        for name, shift, width in form.fields:
+            if (mnemonic, name) in SIGNED_FIELDS:
+                lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+            else:
+                lo, hi = 0, (1 << width) - 1
+            fields.append((name, shift, (1 << width) - 1, lo, hi))
+        out[mnemonic] = (form.opcode, tuple(fields))
+    return out
+
+
+_RANGES = _ranges()
+
+
 def encode(mnemonic: str, **values: int) -> int:
     """The word of ``mnemonic`` with ``values`` (every field of its form, by name).
 
     Raises:
         EncodeError: unknown mnemonic, a missing or unknown field, or a value out of range.
     """
-    form = FORMS.get(mnemonic)
-    if form is None:
+    entry = _RANGES.get(mnemonic)
+    if entry is None:
         raise EncodeError(f"no instruction {mnemonic!r}")
-    names = {name for name, _, _ in form.fields}
-    extra = set(values) - names
-    if extra:
-        raise EncodeError(f"{mnemonic}: unknown field {sorted(extra)[0]!r}")
-    word = form.opcode
-    for name, shift, width in form.fields:
-        if name not in values:
-            raise EncodeError(f"{mnemonic}: field {name!r} missing")
-        value = int(values[name])
-        if (mnemonic, name) in SIGNED_FIELDS:
-            lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-        else:
-            lo, hi = 0, (1 << width) - 1
+    word, fields = entry
+    if len(values) != len(fields):
+        names = {f[0] for f in fields}
+        extra = sorted(set(values) - names)
+        if extra:
+            raise EncodeError(f"{mnemonic}: unknown field {extra[0]!r}")
+    for name, shift, mask, lo, hi in fields:
+        try:
+            value = int(values[name])
+        except KeyError:
+            raise EncodeError(f"{mnemonic}: field {name!r} missing") from None
         if not lo <= value <= hi:
             raise EncodeError(f"{mnemonic}: {name}={value} outside {lo}..{hi}")
-        word |= (value & ((1 << width) - 1)) << shift
+        word |= (value & mask) << shift
     return word
 
 
