@@ -42,7 +42,7 @@ from ipu_stack.package.format import (
     SectionWriter,
     flat_rows,
 )
-from ipu_stack.package.tile_images import write_images
+from ipu_stack.package.tile_images import description_digest, write_images
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 from ipu_stack.trace import Trace
@@ -190,7 +190,9 @@ def assemble_package(
         "tile_code": tile_code,
         "report": deterministic_report(built.report()),
     }
-    return Package(manifest, writer.data())
+    package = Package(manifest, writer.data())
+    tile_code["description_digest"] = description_digest(package)
+    return package
 
 
 def _union(spans: Any) -> list[tuple[int, int]]:

@@ -61,6 +61,39 @@ def write_images(writer: SectionWriter, built: Any, seg_rows: list[Any]) -> dict
     }
 
 
+#: the parts of a package that describe the program the tile images were built from
+DESCRIPTION_TABLES = ("transfers", "destinations", "pieces")
+
+
+def description_digest(package: Package) -> str:
+    """SHA-256 of the step description (program steps and the exchange tables).
+
+    The images are what runs; the description is kept as debug metadata and to rebuild the
+    simulator's view of the program. Its digest, taken when the images are built, lets
+    validation reject a package whose description was edited afterwards (re-signed or not).
+    """
+    import json
+
+    h = hashlib.sha256()
+    steps = package.manifest["program"]["steps"]
+    h.update(json.dumps(steps, sort_keys=True, separators=(",", ":")).encode())
+    for name in DESCRIPTION_TABLES:
+        table = package.table(name)
+        h.update(name.encode() + np.asarray(table.shape, "<i8").tobytes() + table.tobytes())
+    return h.hexdigest()
+
+
+def check_description(package: Package, where: str) -> None:
+    """Reject a package whose step description is not the one its images were built from
+    (run last: the structural checks name a malformed description more precisely)."""
+    if package.manifest["tile_code"].get("description_digest") != description_digest(package):
+        raise _fail(
+            where,
+            "the step description (program steps, transfers, destinations, pieces) is not the "
+            "one the tile images were built from: it was edited after the build",
+        )
+
+
 def _fail(where: str, message: str) -> PackageError:
     return PackageError(f"{where}: {message}")
 
