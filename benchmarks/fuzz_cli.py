@@ -63,6 +63,7 @@ def main() -> int:
         "clean_rejections": tally.clean_rejections,
         "verify_rule_rejections_exit_1": tally.verify_rejections,
         "resigned_integer_edits_running_another_program": tally.other_program,
+        "resigned_image_bit_flips_running_to_other_outputs": tally.code_changed_output,
         "tracebacks": tally.tracebacks,
         "invalid_accepted": tally.invalid_accepted,
         "partial_files": tally.partial_files,

@@ -75,6 +75,7 @@ class Tally:
     bad_messages: int = 0
     verify_rejections: int = 0
     other_program: int = 0
+    code_changed_output: int = 0  # a flipped image bit ran to other outputs (run --check's job)
     by_family: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)
 
@@ -294,6 +295,10 @@ def mutate_package(rng: random.Random, blob: bytes) -> tuple[bytes, str, str]:
         pos = entry["offset"] + rng.randrange(entry["size"])
         data[pos] ^= 1 << rng.randrange(8)
         return _reseal_manifest(manifest, bytes(data)), "weights", f"weights byte {pos}"
+    if "shape" not in entry:  # another raw-bytes section: the tile images (code, tables, rows)
+        pos = entry["offset"] + rng.randrange(entry["size"])
+        data[pos] ^= 1 << rng.randrange(8)
+        return _reseal_manifest(manifest, bytes(data)), "code", f"{name} byte {pos}"
     rows, cols = entry["shape"]
     cell = rng.randrange(rows * cols)
     pos = entry["offset"] + cell * 8
@@ -351,7 +356,9 @@ def package_case(fx: Fixtures, rng: random.Random, work: Path, tally: Tally) -> 
                 verdict = "invalid_accepted"
             elif y.tobytes() != fx.output_bits:
                 # an in-range integer edit, re-signed, can be another consistent program
-                verdict = "other_program" if kind == "value" else "invalid_accepted"
+                verdict = {"value": "other_program", "code": "code_changed_output"}.get(
+                    kind, "invalid_accepted"
+                )
     tally.record("package", verdict or ("accepted" if outcome.code == 0 else "rejected"), detail)
     _clear(work)
 
