@@ -83,6 +83,40 @@ def description_digest(package: Package) -> str:
     return h.hexdigest()
 
 
+def _validate_kernel_entries(entries: Any, where: str) -> None:
+    """Each kernel entry is ``[address, symbol, registers, call template]``; the template's
+    ``$mK`` names one of the entry's operand registers ($m2..), ``$sK`` a spilled operand."""
+    if not isinstance(entries, list):
+        raise _fail(where, "tile_code kernel_entries is not a list")
+    for i, e in enumerate(entries):
+        what = f"tile_code kernel entry {i}"
+        if not (isinstance(e, list) and len(e) == 4):
+            raise _fail(where, f"{what} is not [address, symbol, registers, call template]")
+        address, symbol, nregs, template = e
+        if (
+            type(address) is not int
+            or not ipu21.TILE_MEMORY_BASE <= address < ipu21.TILE_MEMORY_END
+        ):
+            raise _fail(where, f"{what}: address {address!r} is not a tile-memory address")
+        if not isinstance(symbol, str) or type(nregs) is not int or not 0 <= nregs <= 14:
+            raise _fail(
+                where, f"{what}: symbol {symbol!r} or register count {nregs!r} is malformed"
+            )
+        if not (isinstance(template, list) and len(template) >= 2 and isinstance(template[0], str)):
+            raise _fail(where, f"{what}: call template {str(template)[:60]} is malformed")
+        stack = list(template)
+        while stack:
+            x = stack.pop()
+            if isinstance(x, list):
+                stack.extend(x)
+            elif isinstance(x, str) and x[:2] in ("$m", "$s"):
+                k = x[2:]
+                top = 2 + nregs if x[1] == "m" else 1 << 16
+                low = 2 if x[1] == "m" else 0
+                if not k.isdigit() or not low <= int(k) < top:
+                    raise _fail(where, f"{what}: {x!r} names no operand of its {nregs} registers")
+
+
 def check_description(package: Package, where: str) -> None:
     """Reject a package whose step description is not the one its images were built from
     (run last: the structural checks name a malformed description more precisely)."""
@@ -111,6 +145,7 @@ def validate_tile_code(package: Package, where: str) -> None:
     code = m.get("tile_code")
     if not isinstance(code, dict):
         raise _fail(where, "manifest has no 'tile_code' record")
+    _validate_kernel_entries(code.get("kernel_entries"), where)
     entry = code.get("entry")
     if entry != ipu21.APPLICATION_LOAD_BASE:
         shown = f"{entry:#x}" if isinstance(entry, int) else repr(entry)

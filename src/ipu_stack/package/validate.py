@@ -23,7 +23,7 @@ from ipu_stack.package.format import (
     element_bytes,
     flat_rows,
 )
-from ipu_stack.package.tile_images import check_description, validate_tile_code
+from ipu_stack.package.tile_images import validate_tile_code
 from ipu_stack.target import ipu21
 
 
@@ -91,7 +91,6 @@ def validate(package: Package, where: str = "<package>") -> None:
     from ipu_stack.package.validate_program import validate_structure
 
     validate_structure(package, where, segments)
-    check_description(package, where)
 
 
 def _validate_sections(package: Package, where: str) -> None:

@@ -141,7 +141,13 @@ def run_images(
         def spilled(k: int) -> int:
             return int(words32[t.logical, mem_word(t, t.regs[9] + 4 * k, "spilled operand", pc)])
 
-        call = _fill(template, values, t.physical, spilled)
+        try:
+            call = _fill(template, values, t.physical, spilled)
+        except (IndexError, TypeError, ValueError) as err:  # a malformed call template
+            raise SimulationError(
+                f"tile {t.physical} cycle {clock[t.logical]}: call at {pc:#x} to {symbol}: its "
+                f"call template {str(template)[:80]} does not fit its registers ({err})"
+            ) from None
         walk = t.walk
         while walk < len(seq) and seq[walk] != step_index:
             walk += 1
@@ -154,7 +160,7 @@ def run_images(
             t.walk, t.ordinal = walk, 0
         try:
             kc = make_call(call, resolver, step_index)
-        except PackageError as err:
+        except (PackageError, IndexError, KeyError, TypeError, ValueError) as err:
             raise SimulationError(
                 f"tile {t.physical} cycle {clock[t.logical]}: call at {pc:#x} to {symbol}: {err}"
             ) from None

@@ -55,6 +55,7 @@ from ipu_stack.low.program import (
     View,
 )
 from ipu_stack.package.format import Package, element_bytes, flat_rows
+from ipu_stack.package.tile_images import check_description
 from ipu_stack.package.validate import validate
 from ipu_stack.place.assign import Allocation, Placement
 from ipu_stack.runtime.npy_input import check_array
@@ -369,6 +370,8 @@ class Session:
             raise PackageError(f"{self.source}: {str(err).splitlines()[0]}") from None
         except (SimulationError, ScheduleError) as err:
             raise InconsistentPackageError(f"{self.source}: {str(err).splitlines()[0]}") from None
+        if self.execution == "images":  # the description must be the one the images came from
+            check_description(self.package, self.source)
         self.weights = None
         return self
 
