@@ -25,7 +25,8 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def package_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("tc") / "mlp2.ipuexe"
-    proc = cli("compile", str(EXAMPLES / "mlp2.onnx"), "-o", str(path), "--tiles", "32")
+    model = str(EXAMPLES / "mlp2.onnx")
+    proc = cli("compile", model, "-o", str(path), "--tiles", "32", "--verbose")
     assert proc.returncode == 0, proc.stderr
     for phase in ("lower_exchanges", "link_runtime", "build_tile_images"):
         assert f'phase finished phase="{phase}"' in proc.stdout

@@ -69,7 +69,7 @@ def validate_structure(package: Package, where: str, segments: np.ndarray) -> No
                                        "[tile, address, name, stride]")  # fmt: skip
         else:
             for position, call in enumerate(step["calls"]):
-                _call(call, f"{here} call {position}")
+                check_call(call, f"{here} call {position}")
     _binding_fields(package, where)
     for index, kernel in enumerate(m["kernels"]):
         if not isinstance(kernel, dict) or not isinstance(kernel.get("name"), str):
@@ -99,7 +99,9 @@ CALL_FIELDS = {
 }
 
 
-def _call(call: object, where: str) -> None:
+def check_call(call: object, where: str) -> None:
+    """One kernel call's fields typed and ranged (a package call list, or one the simulator
+    filled in from a kernel entry's template and the operand registers)."""
     if not isinstance(call, list) or len(call) < 2 or not isinstance(call[0], str):
         raise PackageError(f"{where}: {call!r:.60} is not [kind, tile, ...]")
     integer(call[1], f"{where}: tile", 0, ipu21.TILES - 1)

@@ -29,6 +29,7 @@ from ipu_stack.errors import PackageError, SimulationError
 from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.program import KernelCall
 from ipu_stack.package.format import Package
+from ipu_stack.package.validate_program import check_call
 from ipu_stack.runtime.exchange_sim import Row, simulate
 from ipu_stack.runtime.sim import MEMORY_BYTES, RunResult, SimDevice, StepObserver
 from ipu_stack.target import ipu21
@@ -159,6 +160,7 @@ def run_images(
         if walk != t.walk:
             t.walk, t.ordinal = walk, 0
         try:
+            check_call(call, f"call at {pc:#x}")
             kc = make_call(call, resolver, step_index)
         except (PackageError, IndexError, KeyError, TypeError, ValueError) as err:
             raise SimulationError(
