@@ -384,9 +384,7 @@ def _validate_program(package: Package, where: str) -> None:
         raise _fail(where, f"steps cover {covered} of {len(transfers)} transfers")
     first = transfers[:, 4]
     ends = np.append(first[1:], len(destinations))
-    if len(transfers) and (
-        first[0] != 0 or (np.diff(first) < 1).any() or (ends - first < 1).any()
-    ):
+    if len(transfers) and (first[0] != 0 or (np.diff(first) < 1).any() or (ends - first < 1).any()):
         raise _fail(where, "transfer destination ranges are not consecutive and non-empty")
 
 
