@@ -73,6 +73,7 @@ def validate_onnx(
             f"{onnx.IR_VERSION}"
         )
     _check_opset(proto, name)
+    _check_names(proto, name)
     _check_dims(proto, name)
     try:
         if proto.ByteSize() < _PROTO_LIMIT or path is None:
@@ -131,6 +132,24 @@ def _shapes_for_checker(proto: onnx.ModelProto) -> onnx.ModelProto:
             )
         del copy.graph.initializer[i]
     return copy
+
+
+def _check_names(proto: onnx.ModelProto, name: str) -> None:
+    """Every name and op type is text (protobuf hands invalid UTF-8 back as bytes)."""
+    graph = proto.graph
+    infos = [*graph.input, *graph.output, *graph.value_info, *graph.initializer]
+    for info in infos:
+        if not isinstance(info.name, str):
+            raise GraphError(f"{name}: a graph tensor name is not valid UTF-8 text: {info.name!r}")
+    for position, node in enumerate(graph.node):
+        texts = [node.name, node.op_type, node.domain, *node.input, *node.output]
+        texts += [a.name for a in node.attribute]
+        bad = next((t for t in texts if not isinstance(t, str)), None)
+        if bad is not None:
+            raise GraphError(
+                f"{name}: node {position} ({node.op_type!r}) has a name that is not valid "
+                f"UTF-8 text: {bad!r:.60}"
+            )
 
 
 def _check_opset(proto: onnx.ModelProto, name: str) -> None:
