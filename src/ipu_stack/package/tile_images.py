@@ -88,6 +88,7 @@ def _validate_kernel_entries(entries: Any, where: str) -> None:
     ``$mK`` names one of the entry's operand registers ($m2..), ``$sK`` a spilled operand."""
     if not isinstance(entries, list):
         raise _fail(where, "tile_code kernel_entries is not a list")
+    seen: set[object] = set()
     for i, e in enumerate(entries):
         what = f"tile_code kernel entry {i}"
         if not (isinstance(e, list) and len(e) == 4):
@@ -98,6 +99,9 @@ def _validate_kernel_entries(entries: Any, where: str) -> None:
             or not ipu21.TILE_MEMORY_BASE <= address < ipu21.TILE_MEMORY_END
         ):
             raise _fail(where, f"{what}: address {address!r} is not a tile-memory address")
+        if address in seen:
+            raise _fail(where, f"{what}: a second entry at {address:#x}")
+        seen.add(address)
         if not isinstance(symbol, str) or type(nregs) is not int or not 0 <= nregs <= 14:
             raise _fail(
                 where, f"{what}: symbol {symbol!r} or register count {nregs!r} is malformed"
