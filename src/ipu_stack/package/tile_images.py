@@ -121,6 +121,25 @@ def _validate_kernel_entries(entries: Any, where: str) -> None:
                     raise _fail(where, f"{what}: {x!r} names no operand of its {nregs} registers")
 
 
+def _linked_slots(entries: list, seg: np.ndarray, where: str) -> None:
+    """The kernel entries are the consecutive 8-byte slots of the linked kernel segment just
+    after the entry (every tile's), one entry each: a call into a slot with no entry would
+    otherwise run the slot's stub as code."""
+    first = ipu21.APPLICATION_LOAD_BASE + 8
+    addresses = sorted(int(e[0]) for e in entries)
+    if addresses != list(range(first, first + 8 * len(addresses), 8)):
+        raise _fail(where, f"kernel entries are not the consecutive 8-byte slots from {first:#x}")
+    linked = seg[(seg[:, 1] == first) & ((seg[:, 3] & SEGMENT_EXEC) != 0)]
+    wrong = linked[linked[:, 2] != 8 * len(addresses)]
+    if len(wrong):
+        tile, size = int(wrong[0, 0]), int(wrong[0, 2])
+        raise _fail(
+            where,
+            f"tile {tile}: the linked kernel segment holds {size // 8} slots, the kernel entry "
+            f"table {len(addresses)}",
+        )
+
+
 def check_description(package: Package, where: str) -> None:
     """Reject a package whose step description is not the one its images were built from
     (run last: the structural checks name a malformed description more precisely)."""
@@ -164,6 +183,7 @@ def validate_tile_code(package: Package, where: str) -> None:
                     f"{IPU21_MODEL.as_dict()}",
                 )
     seg = package.table("segments")
+    _linked_slots(code["kernel_entries"], seg, where)
     blob = package.blob("images")
     tile, start, size, flags, offset = (seg[:, i] for i in range(5))
     end = start + size
