@@ -336,63 +336,6 @@ def lower_view(ctx: OpLowering, op: Operation) -> list[Shard]:
     return _move(ctx, op, requests, c_out)
 
 
-def lower_transpose(ctx: OpLowering, op: Operation) -> list[Shard]:
-    g = ctx.graph
-    out, src = g.value(op.output), g.value(op.inputs[0])
-    perm = op.attr("perm")
-    rank = len(src.shape)
-    eb = lookup_precision(src.dtype).element_bytes
-    if src.kind == "parameter":
-        raise GraphError(f"{op.name}: transposing a parameter is not supported; transpose its data")
-    if perm[-1] == rank - 1:  # rows move, the last axis stays: whole-row runs
-
-        def requests(tile: int, ref: Ref, stride: int, r0: int, r1: int) -> list[GatherRequest]:
-            idx = np.unravel_index(np.arange(r0, r1), out.shape[:-1])
-            src_idx = [None] * (rank - 1)
-            for i, p in enumerate(perm[:-1]):
-                src_idx[p] = idx[i]
-            rows = np.asarray(
-                np.ravel_multi_index(tuple(src_idx), src.shape[:-1]),  # type: ignore[arg-type]
-                dtype=np.int64,
-            ).reshape(-1)
-            return [
-                GatherRequest(tile, ref.at(pos * stride), stride, (s, s + cnt), (0, src.shape[-1]))
-                for s, cnt, pos in row_runs(rows)
-            ]
-
-        return _move(ctx, op, requests, out.shape[-1])
-
-    def element_requests(tile: int, ref: Ref, stride: int, r0: int, r1: int) -> list[GatherRequest]:
-        c_out = out.shape[-1]
-        flat = np.arange(r0 * c_out, r1 * c_out)
-        idx = np.unravel_index(flat, out.shape)
-        src_idx = [None] * rank
-        for i, p in enumerate(perm):
-            src_idx[p] = idx[i]
-        sflat = np.ravel_multi_index(tuple(src_idx), src.shape)  # type: ignore[arg-type]
-        srow, scol = np.divmod(sflat, src.shape[-1])
-        reqs = []
-        for e in range(flat.size):
-            pos = (e // c_out) * stride + (e % c_out) * eb
-            reqs.append(
-                GatherRequest(
-                    tile,
-                    ref.at(pos),
-                    stride,
-                    (int(srow[e]), int(srow[e]) + 1),
-                    (int(scol[e]), int(scol[e]) + 1),
-                )
-            )
-        return reqs
-
-    if out.size > MAX_GATHER_REQUESTS:
-        raise GraphError(
-            f"{op.name}: a transpose that moves the last axis of {src.name!r} {src.shape} "
-            f"is element-wise ({out.size} pieces, limit {MAX_GATHER_REQUESTS})"
-        )
-    return _move(ctx, op, element_requests, out.shape[-1])
-
-
 def lower_slice(ctx: OpLowering, op: Operation) -> list[Shard]:
     g = ctx.graph
     out, src = g.value(op.output), g.value(op.inputs[0])
@@ -487,7 +430,6 @@ LOWERINGS = {
     "layer_norm": lower_map,
     "softmax": lower_map,
     "view": lower_view,
-    "transpose": lower_transpose,
     "slice": lower_slice,
     "flash_attention": lower_attention,
     **dict.fromkeys(ELEMENTWISE_KINDS, lower_map),
