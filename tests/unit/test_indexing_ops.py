@@ -134,11 +134,13 @@ def test_gather_grid_covers_the_table_within_the_tile_budget(vocab, width, eb):
 
 
 def test_host_int32_accepts_int64_that_fits_and_names_what_does_not():
-    assert host_int32(np.array([[1, -2]], np.int64), "ids", GraphError).dtype == np.int32
+    assert (
+        host_int32(np.array([[1, -2]], np.int64), "i32 input 'ids'", GraphError).dtype == np.int32
+    )
     with pytest.raises(GraphError, match=r"'ids': value -2147483649 at position \(1, 0\)"):
-        host_int32(np.array([[0, 1], [-(2**31) - 1, 3]]), "ids", GraphError)
+        host_int32(np.array([[0, 1], [-(2**31) - 1, 3]]), "i32 input 'ids'", GraphError)
     with pytest.raises(SimulationError, match="int32 or int64 array, got float32"):
-        host_int32(np.zeros(3, np.float32), "ids", SimulationError)
+        host_int32(np.zeros(3, np.float32), "i32 input 'ids'", SimulationError)
 
 
 def _view(rows, cols, dtype):

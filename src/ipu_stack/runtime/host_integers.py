@@ -7,8 +7,9 @@ import numpy as np
 from ipu_stack.errors import IpuStackError
 
 
-def host_int32(array: np.ndarray, name: str, error: type[IpuStackError]) -> np.ndarray:
-    """``array`` as int32 for the i32 binding ``name``.
+def host_int32(array: np.ndarray, what: str, error: type[IpuStackError]) -> np.ndarray:
+    """``array`` as int32 for an i32 binding; messages start with ``what`` (e.g.
+    ``"i32 input 'ids'"`` or ``"--input ids"``).
 
     Raises:
         error: the array is not integer, or an int64 element does not fit in int32 (names
@@ -16,14 +17,14 @@ def host_int32(array: np.ndarray, name: str, error: type[IpuStackError]) -> np.n
     """
     array = np.asarray(array)
     if array.dtype.kind not in "iu":
-        raise error(f"i32 input {name!r}: expected an int32 or int64 array, got {array.dtype}")
+        raise error(f"{what}: expected an int32 or int64 array, got {array.dtype}")
     if array.dtype.itemsize > 4 or array.dtype == np.uint32:
         wide = array.astype(np.int64)
         bad = np.flatnonzero((wide < -(2**31)) | (wide > 2**31 - 1))
         if bad.size:
             pos = tuple(int(i) for i in np.unravel_index(int(bad[0]), array.shape))
             raise error(
-                f"i32 input {name!r}: value {int(wide.reshape(-1)[bad[0]])} at position {pos} "
+                f"{what}: value {int(wide.reshape(-1)[bad[0]])} at position {pos} "
                 "does not fit in int32"
             )
     return array.astype(np.int32)

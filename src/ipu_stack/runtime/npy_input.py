@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ipu_stack.errors import GraphError
+from ipu_stack.runtime.host_integers import host_int32
 
 
 def check_array(
@@ -45,14 +46,7 @@ def check_array(
         return value
     if dtype == np.int32 and value.dtype.kind in "iu":
         # token ids: ONNX declares int64, the device holds int32; every value must fit
-        wide = value.astype(np.int64)
-        bad = np.argwhere((wide < -(2**31)) | (wide > 2**31 - 1))
-        if bad.size:
-            index = tuple(int(i) for i in bad[0])
-            raise GraphError(
-                f"{what}: value {int(wide[index])} at position {index} does not fit in int32"
-            )
-        return wide.astype(np.int32)
+        return host_int32(value, what, GraphError)
     if not cast:
         raise GraphError(
             f"{what} expects dtype {dtype}, got {value.dtype} (--cast-inputs / cast=True converts)"

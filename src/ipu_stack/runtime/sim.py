@@ -317,7 +317,7 @@ class SimDevice:
                 )
             dtype = np.dtype(ipu21.precision(binding.dtype).numpy_name)
             if binding.dtype == "i32":
-                array = host_int32(array, binding.name, SimulationError)
+                array = host_int32(array, f"i32 input {binding.name!r}", SimulationError)
             stored = (
                 encode_f143(array, binding.scale_exponent)
                 if binding.dtype == "f8"
