@@ -496,6 +496,9 @@ def _attention_op(shape_q, shape_kv, opset=23, **attrs) -> onnx.ModelProto:
         ((2, 3, 8, 16), (2, 3, 8, 16), {}),
         ((2, 3, 8, 16), (2, 3, 8, 16), {"is_causal": 1, "scale": 0.3}),
         ((2, 8, 48), (2, 8, 48), {"q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1}),
+        ((1, 4, 8, 16), (1, 2, 8, 16), {}),  # grouped-query: 2 query heads per K/V head
+        ((2, 6, 5, 8), (2, 2, 7, 8), {"scale": 0.2}),
+        ((2, 7, 48), (2, 7, 16), {"q_num_heads": 6, "kv_num_heads": 2, "is_causal": 1}),
     ],
 )
 def test_attention_operator_matches_onnxruntime(shape_q, shape_kv, attrs):
@@ -503,9 +506,11 @@ def test_attention_operator_matches_onnxruntime(shape_q, shape_kv, attrs):
     assert kinds(graph).count("flash_attention") == 1
 
 
-def test_attention_operator_refuses_grouped_heads_and_top_left_causal():
-    with pytest.raises(GraphError, match=r"\(Attention\): grouped-query"):
-        import_onnx(_attention_op((1, 4, 8, 16), (1, 2, 8, 16)))
+def test_attention_operator_refuses_uneven_groups_and_top_left_causal():
+    with pytest.raises(GraphError, match=r"\(Attention\): Q \(1, 3, 8, 16\).*multiple"):
+        import_onnx(_attention_op((1, 3, 8, 16), (1, 2, 8, 16)))
+    with pytest.raises(GraphError, match=r"\(Attention\): 3 query heads are not a multiple"):
+        import_onnx(_attention_op((1, 8, 24), (1, 8, 16), q_num_heads=3, kv_num_heads=2))
     with pytest.raises(GraphError, match=r"\(Attention\): the attention mask is neither"):
         import_onnx(_attention_op((1, 2, 4, 16), (1, 2, 8, 16), is_causal=1))
 

@@ -392,8 +392,20 @@ def attention_fusion(imp: Importer, fusion: AttentionFusion, out: str) -> Value:
     return g.flash_attention(q, k, v, fusion.causal, fusion.scale, name=imp.op_name(out))
 
 
+def repeat_heads(imp: Importer, x: Value, groups: int, out: str) -> Value:
+    """``x`` [B, H, S, D] with every head repeated ``groups`` times in place (head h of the
+    result is head h // groups of ``x``): a slice per head and one concat on the head axis,
+    as grouped-query attention's ``repeat_kv``."""
+    g = imp.graph
+    picked = [
+        g.slice(x, [h], [h + 1], [1], name=imp.op_name(f"{out}/head{h}")) for h in range(x.shape[1])
+    ]
+    return g.concat([p for p in picked for _ in range(groups)], 1, name=imp.op_name(out))
+
+
 def emit_attention(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    """The opset-23 Attention operator without KV cache, softcap or grouped heads."""
+    """The opset-23 Attention operator without KV cache or softcap; grouped-query heads are
+    repeated (:func:`repeat_heads`)."""
     g, out = imp.graph, imp.label(node)
     cache = [n for n in node.input[4:] if n]
     if cache:
@@ -409,25 +421,28 @@ def emit_attention(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
         q_heads, kv_heads = _int(node, "q_num_heads", 0), _int(node, "kv_num_heads", 0)
         if q_heads <= 0 or kv_heads <= 0:
             raise GraphError("3-D inputs need the q_num_heads and kv_num_heads attributes")
-        if q_heads != kv_heads:
-            raise GraphError(f"grouped-query attention ({q_heads} query heads, {kv_heads} "
-                             "key/value heads) is not supported")  # fmt: skip
+        if q_heads % kv_heads:
+            raise GraphError(f"{q_heads} query heads are not a multiple of {kv_heads} "
+                             "key/value heads")  # fmt: skip
 
-        def heads(x: Value, role: str) -> Value:
+        def heads(x: Value, role: str, count: int) -> Value:
             b, s, hidden = x.shape
-            if hidden % q_heads:
-                raise GraphError(f"{role} hidden size {hidden} is not divisible by {q_heads} heads")
+            if hidden % count:
+                raise GraphError(f"{role} hidden size {hidden} is not divisible by {count} heads")
             split = g.view(
-                x, (b, s, q_heads, hidden // q_heads), name=imp.op_name(f"{out}/{role}_split")
+                x, (b, s, count, hidden // count), name=imp.op_name(f"{out}/{role}_split")
             )
             return g.transpose(split, (0, 2, 1, 3), name=imp.op_name(f"{out}/{role}_heads"))
 
-        q, k, v = heads(q, "q"), heads(k, "k"), heads(v, "v")
+        q, k, v = heads(q, "q", q_heads), heads(k, "k", kv_heads), heads(v, "v", kv_heads)
     elif rank != 4:
         raise GraphError(f"Q has shape {q.shape}; Attention takes 3-D or 4-D inputs")
-    elif q.shape[1] != k.shape[1] or k.shape[1] != v.shape[1]:
-        raise GraphError(f"grouped-query attention (Q {q.shape}, K {k.shape}, V {v.shape}) is "
-                         "not supported")  # fmt: skip
+    if k.shape[1] != v.shape[1] or q.shape[1] % k.shape[1]:
+        raise GraphError(f"Q {q.shape}, K {k.shape}, V {v.shape}: the query heads must be a "
+                         "multiple of the key/value heads, and K and V must agree")  # fmt: skip
+    if q.shape[1] != k.shape[1]:  # grouped-query attention: each K/V head serves a group
+        k = repeat_heads(imp, k, q.shape[1] // k.shape[1], f"{out}/k_groups")
+        v = repeat_heads(imp, v, q.shape[1] // v.shape[1], f"{out}/v_groups")
     tq, tk = q.shape[-2], k.shape[-2]
     bias = np.zeros((tq, tk))
     mask_name = _input(node, 3)
