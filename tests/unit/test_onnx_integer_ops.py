@@ -199,21 +199,31 @@ def test_gather_nd_component_out_of_its_axis_faults_naming_it():
         ours(m, bad, simulate=True)
 
 
-def test_clip_style_pooling_from_argmax():
-    """CLIP-text's end-of-text pooling: hidden[0, argmax(ids)] through Concat + GatherND."""
+def _clip_pooling(rows: np.ndarray, batch: int = 3):
+    """CLIP-text's end-of-text pooling: hidden[rows, argmax(ids)] through Concat + GatherND."""
     nodes = [
         n("Cast", ["ids"], ["ids32"], to=TensorProto.INT32),
         n("ArgMax", ["ids32"], ["am"], axis=-1, keepdims=0),
         n("Unsqueeze", ["am", "ax"], ["amu"]),
-        n("Concat", ["zero", "amu"], ["idx"], axis=-1),
+        n("Concat", ["rows", "amu"], ["idx"], axis=-1),
         n("Mul", ["x", "two"], ["h"]),
         n("GatherND", ["h", "idx"], ["y"]),
     ]
-    consts = {"ax": np.array([-1], np.int64), "zero": np.zeros((1, 1), np.int64),
-              "two": np.float32(2)}  # fmt: skip
-    m = model(nodes, {"ids": (I64, (1, 9)), "x": (F32, (1, 9, 5))}, {"y": (F32, None)}, consts)
-    ids = np.array([[5, 8, 3, 40, 2, 7, 1, 1, 0]], np.int64)
-    check(m, {"ids": ids, "x": RNG.standard_normal((1, 9, 5)).astype(np.float32)}, simulate=True)
+    consts = {"ax": np.array([-1], np.int64), "rows": rows, "two": np.float32(2)}
+    inputs = {"ids": (I64, (batch, 9)), "x": (F32, (batch, 9, 5))}
+    return model(nodes, inputs, {"y": (F32, None)}, consts)
+
+
+def test_clip_style_pooling_from_argmax():
+    """The constant batch rows fold into an offset; the ArgMax component (in [0, 9) by
+    construction) needs no range check: one gather."""
+    ids = np.array([[5, 8, 3, 40, 2, 7, 1, 1, 0], [1, 2, 3, 4, 5, 6, 7, 8, 9],
+                    [90, 8, 3, 4, 2, 7, 1, 1, 0]], np.int64)  # fmt: skip
+    feeds = {"ids": ids, "x": RNG.standard_normal((3, 9, 5)).astype(np.float32)}
+    graph = check(_clip_pooling(np.arange(3).reshape(3, 1)), feeds, simulate=True)
+    assert [o.kind for o in graph.operations].count("gather") == 1
+    with pytest.raises(GraphError, match=r"constant index component 0 holds \[0, 3, 1\]"):
+        import_onnx(_clip_pooling(np.array([[0], [3], [1]])))
 
 
 # -- the run-time padding mask in the attention pattern -----------------------------------------

@@ -20,7 +20,9 @@ are checked to fit int32 when fed.
   ``[extent, 1]`` table of zeros whose (zero) result is added to the flat index, so an index
   outside its axis faults naming the component and the value instead of landing on another
   row. Negative run-time indices are refused the same way (negative constant ones are
-  normalised).
+  normalised). Indices built by a ``Concat`` (CLIP-text: ``[arange(B), argmax(ids)]``) are
+  taken apart: constant components are checked at import and folded into a row offset, and a
+  component that is an ``ArgMax`` over an axis no longer than the indexed one needs no check.
 """
 
 from __future__ import annotations
@@ -219,11 +221,11 @@ def emit_gather_nd(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
         batch_offset = batch_offset + np.arange(points[axis]).reshape(shape) * strides[axis]
     if const is not None:
         index = np.asarray(const, dtype=np.int64)
-        bound = np.array(extents, dtype=np.int64)
-        if np.any(index < -bound) or np.any(index >= bound):
+        limit = np.array(extents, dtype=np.int64)
+        if np.any(index < -limit) or np.any(index >= limit):
             raise GraphError(f"indices {index.reshape(-1, k).tolist()} out of range for axes "
                              f"{list(extents)} of data {data.shape}")  # fmt: skip
-        index = np.where(index < 0, index + bound, index)
+        index = np.where(index < 0, index + limit, index)
         flat = (batch_offset + (index * np.array(strides[batch:])).sum(axis=-1)).reshape(-1)
         runs: list[tuple[int, int]] = []
         for i in flat.tolist():
@@ -238,33 +240,98 @@ def emit_gather_nd(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
     if table.dtype not in ("f16", "f32"):
         raise GraphError(f"run-time indices into {table.dtype} data are not supported (the row "
                          "gather takes f16 or f32 data)")  # fmt: skip
-    indices = _i32(imp, node.input[1])
+    offset = batch_offset
     flat_idx: Value | None = None
-    for c in range(k):
-        comp = g.slice(indices, [c], [c + 1], [len(idx_shape) - 1],
-                       name=imp.op_name(f"{out}/index{c}"))  # fmt: skip
-        comp = g.view(comp, points or (1,), name=imp.op_name(f"{out}/index{c}/flat"))
-        if k > 1:  # the component's own range check: a zero from an [extent, 1] table
-            zeros = imp.derived(out, f"axis{c}_rows", np.zeros((extents[c], 1)), table)
-            check = g.gather(zeros, comp, name=imp.op_name(f"{out}/axis{c}_in_range"))
-            check = g.view(check, points or (1,), name=imp.op_name(f"{out}/axis{c}_zero"))
-            comp = g.add(comp, g.cast(check, "i32", name=imp.op_name(f"{out}/axis{c}_i32")),
-                         name=imp.op_name(f"{out}/index{c}/checked"))  # fmt: skip
+    for c, comp in enumerate(index_components(imp, node.input[1], k, points, out)):
         stride = strides[batch + c]
+        if isinstance(comp, np.ndarray):  # a constant component: checked now, folded
+            if np.any(comp < -extents[c]) or np.any(comp >= extents[c]):
+                raise GraphError(f"constant index component {c} holds {comp.reshape(-1).tolist()}"
+                                 f", out of range for axis {batch + c} ({extents[c]})")  # fmt: skip
+            offset = offset + np.where(comp < 0, comp + extents[c], comp) * stride
+            continue
+        value, bound = comp
+        if bound is None or bound > extents[c]:  # its own range check (see the docstring)
+            zeros = imp.derived(out, f"axis{c}_rows", np.zeros((extents[c], 1)), table)
+            check = g.gather(zeros, value, name=imp.op_name(f"{out}/axis{c}_in_range"))
+            check = g.view(check, points or (1,), name=imp.op_name(f"{out}/axis{c}_zero"))
+            value = g.add(value, g.cast(check, "i32", name=imp.op_name(f"{out}/axis{c}_i32")),
+                          name=imp.op_name(f"{out}/index{c}/checked"))  # fmt: skip
         if stride != 1:
-            comp = g.mul(comp, _const_i32(imp, out, f"stride{c}", np.full(1, stride)),
-                         name=imp.op_name(f"{out}/index{c}/scaled"))  # fmt: skip
+            value = g.mul(value, _const_i32(imp, out, f"stride{c}", np.full(1, stride)),
+                          name=imp.op_name(f"{out}/index{c}/scaled"))  # fmt: skip
         if flat_idx is not None:
-            comp = g.add(flat_idx, comp, name=imp.op_name(f"{out}/flat{c}"))
-        flat_idx = comp
-    assert flat_idx is not None
-    if batch:
-        offsets = _const_i32(imp, out, "batch_rows", batch_offset)
-        flat_idx = g.add(flat_idx, offsets, name=imp.op_name(f"{out}/batch_rows"))
+            value = g.add(flat_idx, value, name=imp.op_name(f"{out}/flat{c}"))
+        flat_idx = value
+    if flat_idx is None:  # every component constant (a fold would have caught it)
+        raise GraphError("internal: GatherND with constant indices reached the run-time path")
+    if np.any(offset):
+        offsets = _const_i32(imp, out, "row_offsets", np.broadcast_to(offset, points or (1,)))
+        flat_idx = g.add(flat_idx, offsets, name=imp.op_name(f"{out}/row_offsets"))
     rows_out = g.gather(table, flat_idx, name=imp.op_name(f"{out}/gather"))
     if rows_out.shape == result_shape:
         return rows_out
     return g.view(rows_out, result_shape, name=imp.op_name(out))
+
+
+#: a GatherND index component: a constant array over the points, or an i32 value over the
+#: points with an exclusive upper bound proven at import (None: unknown)
+Component = np.ndarray | tuple[Value, int | None]
+
+
+def argmax_bound(imp: Importer, name: str) -> int | None:
+    """The extent of the reduced axis when ``name`` is an ArgMax result (through views and
+    integer casts): its values are then in ``[0, extent)``; else None."""
+    index = imp.index
+    for _ in range(8):
+        node = index.node_of(name, ("Unsqueeze", "Squeeze", "Reshape", "Cast", "ArgMax"))
+        if node is None:
+            return None
+        if node.op_type == "ArgMax":
+            shape = index.shapes.get(node.input[0])
+            if shape is None or not shape:
+                return None
+            return int(shape[_int(node, "axis", 0) % len(shape)])
+        if node.op_type == "Cast" and _int(node, "to", 0) not in (TensorProto.INT64,
+                                                                  TensorProto.INT32):  # fmt: skip
+            return None
+        name = node.input[0]
+    return None
+
+
+def index_components(
+    imp: Importer, name: str, k: int, points: tuple[int, ...], out: str
+) -> list[Component]:
+    """The ``k`` components of run-time GatherND indices ``name`` ``[*points, k]``: a
+    ``Concat`` along the last axis is taken apart (constant parts stay constant, an ArgMax
+    part keeps its bound); anything else is sliced per component."""
+    g = imp.graph
+    parts: list[tuple[str, int]] = [(name, k)]
+    concat = imp.index.node_of(name, "Concat")
+    if concat is not None and _int(concat, "axis", 0) in (-1, len(points)):
+        widths = [imp.index.shapes.get(i, (0,))[-1] if imp.constant(i) is None
+                  else imp.constant(i).shape[-1] for i in concat.input]  # type: ignore[union-attr]  # fmt: skip
+        if sum(widths) == k and all(w > 0 for w in widths):
+            parts = list(zip(concat.input, widths, strict=True))
+    components: list[Component] = []
+    for part, width in parts:
+        const = imp.constant(part)
+        if const is not None:
+            arr = np.asarray(const, dtype=np.int64)
+            components += [np.broadcast_to(arr[..., c], points) for c in range(width)]
+            continue
+        value = _i32(imp, part)
+        bound = argmax_bound(imp, part) if width == 1 else None
+        for c in range(width):
+            column = value
+            if width > 1 or value.shape[-1:] != (1,) or len(value.shape) != len(points) + 1:
+                column = g.slice(value, [c], [c + 1], [len(value.shape) - 1],
+                                 name=imp.op_name(f"{out}/index{len(components)}"))  # fmt: skip
+            flat = g.view(
+                column, points or (1,), name=imp.op_name(f"{out}/index{len(components)}/flat")
+            )
+            components.append((flat, bound))
+    return components
 
 
 EMITTERS: dict[str, Emitter] = {
