@@ -67,6 +67,22 @@ def test_every_export_imports(path):
         assert "flash_attention" in set(_all_kinds(graph)), "attention fuses"
 
 
+@pytest.mark.parametrize("model", ["bert_ids", "bert_embeds"])
+def test_bert_builds_its_padding_mask_once_from_every_exporter(model):
+    """The additive mask is made once before the layers (dynamo 18 computes it mid-layer 0,
+    legacy 17 once per layer, dynamo 23 inside every Attention): the same graph each time, with
+    the layers rolled into one loop that reads the mask as an invariant (same cycles)."""
+    shapes = set()
+    for exporter in ("legacy17", "dynamo18", "dynamo23"):
+        graph, _ = import_onnx(EXPORTS / f"{model}__{exporter}.onnx")
+        kinds = list(_all_kinds(graph))
+        assert kinds.count("where") == 1 and kinds.count("flash_attention") == 1, exporter
+        loops = [op for op in graph.operations if op.kind == "repeat" and op.attr("invariants")]
+        assert len(loops) == 1 and loops[0].attr("count") == 2, exporter
+        shapes.add(tuple(sorted(k for k in kinds if k != "view")))  # views are relabellings
+    assert len(shapes) == 1
+
+
 SIMULATED = [
     ("mlp_tanh__legacy17", 8),
     ("siglip_mlp__dynamo18", 8),

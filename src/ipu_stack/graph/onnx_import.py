@@ -47,6 +47,7 @@ from ipu_stack.graph.onnx_patterns import (
     attribute,
     match_fusions,
 )
+from ipu_stack.graph.onnx_patterns_exported import merge_duplicate_masks, shared_masks_first
 from ipu_stack.graph.onnx_validate import validate_onnx
 from ipu_stack.target.ipu21 import PRECISIONS
 
@@ -286,6 +287,7 @@ class Importer:
         self.env: dict[str, Value] = {}
         self.params: dict[tuple[str, str], Value] = {}
         self.taken: set[str] = set()
+        self.mask_cache: dict[tuple[str, str], Value] = {}  # additive forms of boolean masks
 
     # -- driver ---------------------------------------------------------------------------------
     def run(self) -> tuple[ComputeGraph, OnnxBindings]:
@@ -295,14 +297,17 @@ class Importer:
             if not self._reinfer():
                 break
             self._fold()
+        merged = merge_duplicate_masks(self.index)
         plan = match_fusions(self.index)
-        self.bindings.fusions = plan.notes
+        self.bindings.fusions = [*merged, *plan.notes]
         live = self._live(plan.roots)
         failures: list[str] = []
         failed: set[str] = set()  # outputs of failed nodes: their users are not tried
-        for position, node in enumerate(self.index.nodes):
-            if position not in live:
-                continue
+        shared = onnx_ops_exported.shared_bool_masks(self, live)
+        for name in [m for m in shared if m in self.inputs]:
+            onnx_ops_exported.additive_mask(self, name, shared[name])
+        for position in shared_masks_first(self.index, plan.roots, live):
+            node = self.index.nodes[position]
             fusion = plan.roots.get(position)
             operands = [*fusion.operands, *node.input[2:3]] if fusion else list(node.input)
             if failed.intersection(operands):
@@ -310,6 +315,8 @@ class Importer:
                 continue
             try:
                 self._emit(node, position, fusion, live[position])
+                for name in [o for o in node.output if o in shared]:
+                    onnx_ops_exported.additive_mask(self, name, shared[name])
             except GraphError as err:
                 failures.append(f"{describe(node, position)}: {err}")
                 failed.update(node.output)
