@@ -79,6 +79,7 @@ def test_bert_builds_its_padding_mask_once_from_every_exporter(model):
         assert kinds.count("where") == 1 and kinds.count("flash_attention") == 1, exporter
         loops = [op for op in graph.operations if op.kind == "repeat" and op.attr("invariants")]
         assert len(loops) == 1 and loops[0].attr("count") == 2, exporter
+        assert "where" in [op.kind for op in graph.operations], "made before the loop"
         shapes.add(tuple(sorted(k for k in kinds if k != "view")))  # views are relabellings
     assert len(shapes) == 1
 
