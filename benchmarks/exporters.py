@@ -3,6 +3,7 @@
 Usage: python benchmarks/exporters.py [--dir tests/data/exports] [--tiles 1472]
            [--precision f32|f16] [--only SUBSTRING ...] [--out benchmarks/results/exporters.json]
            [--markdown]
+       python benchmarks/exporters.py --table F32_JSON F16_JSON   (the README table)
 
 Every ``MODEL__EXPORTER.onnx`` of ``--dir`` (written by examples/export_models.py) is imported,
 compiled at ``--tiles`` tiles and run on the simulator on the inputs of its ``.npz``; each
@@ -43,6 +44,17 @@ def load_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     return inputs, outputs
 
 
+def all_kinds(graph: object) -> list[str]:
+    """Operation kinds of ``graph`` and of every rolled loop body in it (a ``repeat``'s
+    ``body`` attribute), so attention fused inside a loop counts once per body."""
+    kinds = []
+    for op in graph.operations:  # type: ignore[attr-defined]
+        kinds.append(op.kind)
+        if op.kind == "repeat":
+            kinds.extend(all_kinds(op.attr("body")))
+    return kinds
+
+
 def check_export(path: Path, tiles: int, precision: str) -> dict[str, object]:
     """One export: import, build, simulate and compare; a JSON-ready record."""
     model, exporter = path.stem.split("__")
@@ -58,7 +70,7 @@ def check_export(path: Path, tiles: int, precision: str) -> dict[str, object]:
         graph, bindings = import_onnx(proto)
         record["import_seconds"] = round(time.perf_counter() - start, 3)
         record["fusions"] = len(bindings.fusions)
-        record["fused_attention"] = sum(op.kind == "flash_attention" for op in graph.operations)
+        record["fused_attention"] = sum(kind == "flash_attention" for kind in all_kinds(graph))
         stage = "compile"
         start = time.perf_counter()
         built = build(graph, BuildConfig(tiles=tiles))
@@ -106,6 +118,33 @@ def markdown(records: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def readme_table(f32: list[dict[str, object]], f16: list[dict[str, object]]) -> str:
+    """The README's table from the two JSON runs: model x exporter -> compile s, simulated
+    cycles and error at F32 and at F16, and the fused attentions (loop bodies included)."""
+
+    def cells(r: dict[str, object] | None) -> list[str]:
+        if r is None:
+            return ["-", "-", "not run"]
+        if r["stage"] != "done":
+            return ["-", "-", f"{r['stage']} fails"]
+        mark = "" if r["passed"] else " FAIL"
+        return [f"{r['compile_seconds']}", f"{r['simulated_cycles']:,}",
+                f"{r['relative_error']:.1e}{mark}"]  # fmt: skip
+
+    half = {(r["model"], r["exporter"]): r for r in f16}
+    lines = [
+        "| model | exporter | F32 compile s | F32 cycles | F32 error | F16 compile s "
+        "| F16 cycles | F16 error | fused attention |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in f32:
+        other = half.get((r["model"], r["exporter"]))
+        fused = r.get("fused_attention", "-")
+        row = [str(r["model"]), str(r["exporter"]), *cells(r), *cells(other), str(fused)]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default=str(ROOT / "tests/data/exports"))
@@ -114,7 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=[], help="substrings of file names")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/exporters.json"))
     parser.add_argument("--markdown", action="store_true", help="print the README table")
+    parser.add_argument("--table", nargs=2, metavar=("F32_JSON", "F16_JSON"),
+                        help="print the README table of two earlier runs and exit")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.table:
+        f32, f16 = (json.loads(Path(p).read_text())["records"] for p in args.table)
+        print(readme_table(f32, f16))
+        return 0
     paths = sorted(Path(args.dir).glob("*__*.onnx"))
     if args.only:
         paths = [p for p in paths if any(s in p.name for s in args.only)]

@@ -10,7 +10,10 @@ init, fixed seed, nothing downloaded) and exported with
 into ``MODEL__EXPORTER.onnx`` plus ``MODEL__EXPORTER.npz``: the inputs (``input:NAME``) and
 onnxruntime's outputs (``output:NAME``) by ONNX name. ``--size tiny`` (the committed test
 fixtures, a few kB each) uses hidden sizes of 32-48 and one or two layers; ``--size full``
-builds the larger variants (SigLIP at 224 px with 2 layers, BERT/GPT-2 with 128 tokens ...).
+builds the larger variants (SigLIP at 224 px with 2 layers, BERT/GPT-2 with 128 tokens ...);
+``--size variant`` other configs of the same families, for generality checks (BERT with 3
+heads of 16, 3 layers, batch 2 x 7 tokens and two padded rows; GPT-2 with 3 heads, 5 tokens;
+CLIP-text with batch 3 and the pooled token elsewhere in each row; ViT at 40 px / patch 10).
 
 Needs the ``export`` extra (torch, transformers, onnxscript):
 
@@ -137,6 +140,9 @@ def vit(size: str, rng: np.random.Generator) -> Sample:
         num_hidden_layers=2, num_attention_heads=3 if full else 2,
         image_size=224 if full else 32, patch_size=16 if full else 8,
     )  # fmt: skip
+    if size == "variant":  # 40 px in 10 px patches (17 tokens), 3 heads, 3 layers
+        cfg = ViTConfig(hidden_size=36, intermediate_size=60, num_hidden_layers=3,
+                        num_attention_heads=3, image_size=40, patch_size=10)  # fmt: skip
     model = _first("last_hidden_state", "pooler_output")(ViTModel(cfg, add_pooling_layer=True))
     px = _floats(rng, 1, 3, cfg.image_size, cfg.image_size)
     return Sample(model, {"pixel_values": px}, ("last_hidden_state", "pooler_output"))
@@ -146,6 +152,11 @@ def _bert(size: str):  # type: ignore[no-untyped-def]
     from transformers import BertConfig, BertModel
 
     full = size == "full"
+    if size == "variant":  # 3 heads of 16, 3 layers
+        cfg = BertConfig(vocab_size=50, hidden_size=48, intermediate_size=80,
+                         num_hidden_layers=3, num_attention_heads=3,
+                         max_position_embeddings=24, attn_implementation="sdpa")  # fmt: skip
+        return cfg, BertModel(cfg, add_pooling_layer=False)
     cfg = BertConfig(
         vocab_size=1000 if full else 64, hidden_size=256 if full else 32,
         intermediate_size=1024 if full else 64, num_hidden_layers=2,
@@ -155,15 +166,22 @@ def _bert(size: str):  # type: ignore[no-untyped-def]
     return cfg, BertModel(cfg, add_pooling_layer=False)
 
 
-def _mask(rng: np.random.Generator, seq: int) -> np.ndarray:
-    mask = np.ones((1, seq), dtype=np.int64)
+def _mask(rng: np.random.Generator, seq: int, batch: int = 1) -> np.ndarray:
+    mask = np.ones((batch, seq), dtype=np.int64)
     mask[0, seq - max(1, seq // 4) :] = 0  # padding at the end
+    for b in range(1, batch):  # other rows: padding of another length (row 1 unpadded)
+        mask[b, seq - (b - 1) * 2 :] = 0
     return mask
+
+
+def _bert_shape(size: str) -> tuple[int, int]:
+    """(batch, sequence) of the BERT samples."""
+    return {"full": (1, 128), "variant": (2, 7)}.get(size, (1, 8))
 
 
 def bert_ids(size: str, rng: np.random.Generator) -> Sample:
     cfg, model = _bert(size)
-    seq = 128 if size == "full" else 8
+    batch, seq = _bert_shape(size)
     torch = _torch()
 
     class Wrapped(torch.nn.Module):
@@ -174,14 +192,14 @@ def bert_ids(size: str, rng: np.random.Generator) -> Sample:
         def forward(self, input_ids: object, attention_mask: object) -> object:
             return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
-    ids = rng.integers(0, cfg.vocab_size, (1, seq), dtype=np.int64)
-    return Sample(Wrapped(), {"input_ids": ids, "attention_mask": _mask(rng, seq)},
+    ids = rng.integers(0, cfg.vocab_size, (batch, seq), dtype=np.int64)
+    return Sample(Wrapped(), {"input_ids": ids, "attention_mask": _mask(rng, seq, batch)},
                   ("last_hidden_state",))  # fmt: skip
 
 
 def bert_embeds(size: str, rng: np.random.Generator) -> Sample:
     cfg, model = _bert(size)
-    seq = 128 if size == "full" else 8
+    batch, seq = _bert_shape(size)
     torch = _torch()
 
     class Wrapped(torch.nn.Module):
@@ -193,8 +211,8 @@ def bert_embeds(size: str, rng: np.random.Generator) -> Sample:
             out = self.inner(inputs_embeds=inputs_embeds, attention_mask=attention_mask)
             return out.last_hidden_state
 
-    x = _floats(rng, 1, seq, cfg.hidden_size)
-    return Sample(Wrapped(), {"inputs_embeds": x, "attention_mask": _mask(rng, seq)},
+    x = _floats(rng, batch, seq, cfg.hidden_size)
+    return Sample(Wrapped(), {"inputs_embeds": x, "attention_mask": _mask(rng, seq, batch)},
                   ("last_hidden_state",))  # fmt: skip
 
 
@@ -202,6 +220,10 @@ def _gpt2(size: str):  # type: ignore[no-untyped-def]
     from transformers import GPT2Config, GPT2Model
 
     full = size == "full"
+    if size == "variant":  # 3 heads of 8, 2 layers
+        cfg = GPT2Config(vocab_size=40, n_embd=24, n_layer=2, n_head=3, n_positions=16,
+                         attn_implementation="sdpa")  # fmt: skip
+        return cfg, GPT2Model(cfg)
     cfg = GPT2Config(
         vocab_size=1000 if full else 64, n_embd=256 if full else 32, n_layer=2,
         n_head=4 if full else 2, n_positions=256 if full else 32, attn_implementation="sdpa",
@@ -209,16 +231,20 @@ def _gpt2(size: str):  # type: ignore[no-untyped-def]
     return cfg, GPT2Model(cfg)
 
 
+def _gpt2_seq(size: str) -> int:
+    return {"full": 128, "variant": 5}.get(size, 8)
+
+
 def gpt2_ids(size: str, rng: np.random.Generator) -> Sample:
     cfg, model = _gpt2(size)
-    seq = 128 if size == "full" else 8
+    seq = _gpt2_seq(size)
     ids = rng.integers(0, cfg.vocab_size, (1, seq), dtype=np.int64)
     return Sample(_first("last_hidden_state")(model), {"input_ids": ids}, ("last_hidden_state",))
 
 
 def gpt2_embeds(size: str, rng: np.random.Generator) -> Sample:
     cfg, model = _gpt2(size)
-    seq = 128 if size == "full" else 8
+    seq = _gpt2_seq(size)
     torch = _torch()
 
     class Wrapped(torch.nn.Module):
@@ -246,6 +272,12 @@ def clip_text(size: str, rng: np.random.Generator) -> Sample:
     seq = 77 if full else 8
     ids = rng.integers(3, cfg.vocab_size, (1, seq), dtype=np.int64)
     ids[0, seq - 2] = cfg.eos_token_id
+    if size == "variant":  # batch 3, 6 tokens, the pooled token at another place per row
+        seq = 6
+        ids = rng.integers(3, cfg.vocab_size - 1, (3, seq), dtype=np.int64)
+        for b in range(3):  # eos_token_id == 2 is the legacy rule: pool at argmax(ids)
+            ids[b, seq - 2 - b] = cfg.eos_token_id
+            ids[b, (seq - 1 - 2 * b) % seq] = cfg.vocab_size - 1
     model = _first("last_hidden_state", "pooler_output")(CLIPTextModel(cfg))
     return Sample(model, {"input_ids": ids}, ("last_hidden_state", "pooler_output"))
 
@@ -375,7 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", help=f"default: all of {', '.join(MODELS)}")
     parser.add_argument("--out", default="tests/data/exports", help="output directory")
-    parser.add_argument("--size", choices=("tiny", "full"), default="tiny")
+    parser.add_argument("--size", choices=("tiny", "full", "variant"), default="tiny",
+                        help="variant: other sizes and configs of BERT, GPT-2, CLIP-text and "
+                        "ViT (generality checks; the other models as tiny)")  # fmt: skip
     parser.add_argument("--exporters", default=",".join(EXPORTERS),
                         help="comma-separated subset of " + ", ".join(EXPORTERS))  # fmt: skip
     args = parser.parse_args(argv)

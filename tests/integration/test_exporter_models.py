@@ -17,13 +17,11 @@ from ipu_stack.runtime.sim import SimDevice
 EXPORTS = Path(__file__).resolve().parents[1] / "data" / "exports"
 FILES = sorted(EXPORTS.glob("*__*.onnx"))
 #: exports the importer does not take yet, and the one reason each may be refused for
-#: (BERT's padding-mask chain uses And, GatherND and a computed Expand; CLIP-text's end-of-text
-#: pooling uses GatherND and integer arithmetic on constants)
-KNOWN_GAPS = {
-    "bert_embeds": ("'GatherND' is not supported", "'And' is not supported"),
-    "bert_ids": ("'GatherND' is not supported", "'And' is not supported"),
-    "clip_text": ("is a int64 constant used as a tensor", "'GatherND' is not supported"),
-}
+#: (empty: BERT's padding-mask chain and CLIP-text's end-of-text pooling import since issue 11)
+KNOWN_GAPS: dict[str, tuple[str, ...]] = {}
+#: models whose attention must fuse into flash_attention from every exporter
+FUSED = ("siglip_encoder_layer", "mha", "gpt2_embeds", "gpt2_ids", "bert_embeds", "bert_ids",
+         "clip_text", "vit", "llama_block")  # fmt: skip
 
 
 def _all_kinds(graph):
@@ -65,14 +63,33 @@ def test_every_export_imports(path):
     inputs, outputs = _npz(path)
     assert set(bindings.inputs) <= set(inputs)
     assert set(bindings.outputs) == set(outputs)
-    if path.stem.split("__")[0] in ("siglip_encoder_layer", "mha", "gpt2_embeds"):
+    if path.stem.split("__")[0] in FUSED:
         assert "flash_attention" in set(_all_kinds(graph)), "attention fuses"
+
+
+@pytest.mark.parametrize("model", ["bert_ids", "bert_embeds"])
+def test_bert_builds_its_padding_mask_once_from_every_exporter(model):
+    """The additive mask is made once before the layers (dynamo 18 computes it mid-layer 0,
+    legacy 17 once per layer, dynamo 23 inside every Attention): the same graph each time, with
+    the layers rolled into one loop that reads the mask as an invariant (same cycles)."""
+    shapes = set()
+    for exporter in ("legacy17", "dynamo18", "dynamo23"):
+        graph, _ = import_onnx(EXPORTS / f"{model}__{exporter}.onnx")
+        kinds = list(_all_kinds(graph))
+        assert kinds.count("where") == 1 and kinds.count("flash_attention") == 1, exporter
+        loops = [op for op in graph.operations if op.kind == "repeat" and op.attr("invariants")]
+        assert len(loops) == 1 and loops[0].attr("count") == 2, exporter
+        assert "where" in [op.kind for op in graph.operations], "made before the loop"
+        shapes.add(tuple(sorted(k for k in kinds if k != "view")))  # views are relabellings
+    assert len(shapes) == 1
 
 
 SIMULATED = [
     ("mlp_tanh__legacy17", 8),
     ("siglip_mlp__dynamo18", 8),
     ("siglip_encoder_layer__dynamo23", 16),
+    ("bert_ids__legacy17", 16),  # int64 ids and a run-time padding mask
+    ("clip_text__dynamo18", 16),  # end-of-text pooling: a GatherND at run-time indices
 ]
 
 

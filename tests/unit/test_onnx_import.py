@@ -461,12 +461,13 @@ def test_attention_with_a_non_causal_mask_falls_back_to_separate_operations():
     assert kinds(graph).count("gemm") == 2 and "softmax" in kinds(graph)
 
 
-def test_where_mask_that_is_not_causal_is_refused_naming_where():
+def test_where_mask_that_is_not_causal_falls_back_to_a_where():
+    """Not fused (neither causal nor zero), the Where is emitted on its own (issue 11)."""
     model = _attention_model(mask="where")
     keep = next(t for t in model.graph.initializer if t.name == "keep")
     keep.CopyFrom(numpy_helper.from_array(np.eye(T, dtype=bool), "keep"))
-    with pytest.raises(GraphError, match=r"\(Where\).*attention"):
-        import_onnx(model)
+    graph, _ = check_against_onnxruntime(model)
+    assert "flash_attention" not in kinds(graph) and "where" in kinds(graph)
 
 
 def test_causal_from_bias_classifies_masks():

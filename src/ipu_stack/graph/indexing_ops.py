@@ -35,6 +35,7 @@ I32_KINDS = (
     "argmax",
     "equal",
     "where",
+    "repeat",  # a loop body may read i32 invariants (a padding mask's condition)
 )
 #: kinds defined in this module (the reference dispatches on them)
 INDEXING_KINDS = ("gather", "concat", "argmax", "equal", "where")

@@ -26,7 +26,13 @@ import onnx
 from onnx import NodeProto, TensorProto, numpy_helper
 
 from ipu_stack.errors import GraphError
-from ipu_stack.graph import layer_rolling, onnx_external, onnx_ops, onnx_ops_exported
+from ipu_stack.graph import (
+    layer_rolling,
+    onnx_external,
+    onnx_ops,
+    onnx_ops_exported,
+    onnx_ops_integer,
+)
 from ipu_stack.graph.compute_graph import ComputeGraph, Value
 from ipu_stack.graph.onnx_fold import numpy_fold
 from ipu_stack.graph.onnx_ops import PRECISION_OF
@@ -41,12 +47,13 @@ from ipu_stack.graph.onnx_patterns import (
     attribute,
     match_fusions,
 )
+from ipu_stack.graph.onnx_patterns_exported import merge_duplicate_masks, shared_masks_first
 from ipu_stack.graph.onnx_validate import validate_onnx
 from ipu_stack.target.ipu21 import PRECISIONS
 
 NUMPY_OF = {"f32": np.float32, "f16": np.float16}
 #: Op types the importer emits (others only fold to constants or sit inside a pattern).
-EMITTERS = {**onnx_ops.EMITTERS, **onnx_ops_exported.EMITTERS}
+EMITTERS = {**onnx_ops.EMITTERS, **onnx_ops_exported.EMITTERS, **onnx_ops_integer.EMITTERS}
 SUPPORTED_OPS = tuple(sorted(EMITTERS))
 #: Never folded, even with constant inputs: their result is not a function of their inputs.
 NONDETERMINISTIC = ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
@@ -280,6 +287,7 @@ class Importer:
         self.env: dict[str, Value] = {}
         self.params: dict[tuple[str, str], Value] = {}
         self.taken: set[str] = set()
+        self.mask_cache: dict[tuple[str, str], Value] = {}  # additive forms of boolean masks
 
     # -- driver ---------------------------------------------------------------------------------
     def run(self) -> tuple[ComputeGraph, OnnxBindings]:
@@ -289,14 +297,17 @@ class Importer:
             if not self._reinfer():
                 break
             self._fold()
+        merged = merge_duplicate_masks(self.index)
         plan = match_fusions(self.index)
-        self.bindings.fusions = plan.notes
+        self.bindings.fusions = [*merged, *plan.notes]
         live = self._live(plan.roots)
         failures: list[str] = []
         failed: set[str] = set()  # outputs of failed nodes: their users are not tried
-        for position, node in enumerate(self.index.nodes):
-            if position not in live:
-                continue
+        shared = onnx_ops_exported.shared_bool_masks(self, live)
+        for name in [m for m in shared if m in self.inputs]:
+            onnx_ops_exported.additive_mask(self, name, shared[name])
+        for position in shared_masks_first(self.index, plan.roots, live):
+            node = self.index.nodes[position]
             fusion = plan.roots.get(position)
             operands = [*fusion.operands, *node.input[2:3]] if fusion else list(node.input)
             if failed.intersection(operands):
@@ -304,6 +315,8 @@ class Importer:
                 continue
             try:
                 self._emit(node, position, fusion, live[position])
+                for name in [o for o in node.output if o in shared]:
+                    onnx_ops_exported.additive_mask(self, name, shared[name])
             except GraphError as err:
                 failures.append(f"{describe(node, position)}: {err}")
                 failed.update(node.output)
@@ -456,7 +469,7 @@ class Importer:
     def _host_input(self, name: str) -> Value:
         info = self.inputs[name]
         elem = info.type.tensor_type.elem_type
-        integer = elem in (TensorProto.INT64, TensorProto.INT32)
+        integer = elem in (TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL)
         if integer and "i32" in PRECISIONS:  # token ids: i32 host inputs (issue 11 part B)
             shape = self.index.shapes.get(name)
             if shape is None:
@@ -492,6 +505,9 @@ class Importer:
     def parameter(self, name: str, array: np.ndarray, dtype: str | None = None) -> Value:
         """The parameter of ONNX constant ``name`` (one per name and precision)."""
         array = np.asarray(array)
+        if dtype is None and array.dtype.kind in "biu" and "i32" in PRECISIONS:
+            dtype = "i32"  # booleans and integers (masks, index arithmetic) are i32 0/1
+            array = onnx_ops_integer.int32_constant(name, array)
         if dtype is None:
             if array.dtype not in (np.float16, np.float32):
                 raise GraphError(
@@ -506,12 +522,17 @@ class Importer:
 
     def derived(self, base: str, role: str, array: np.ndarray, like: Value) -> Value:
         """A new constant parameter (a scale, a negated subtrahend...) in ``like``'s precision."""
+        if like.dtype == "i32":
+            return self._new_parameter(
+                f"{base}.{role}", onnx_ops_integer.int32_constant(base, array), "i32"
+            )
         return self._new_parameter(f"{base}.{role}", np.asarray(array, np.float64), like.dtype)
 
     def _new_parameter(self, name: str, array: np.ndarray, dtype: str) -> Value:
         if array.size == 0:
             raise GraphError(f"constant {name!r} is empty (shape {array.shape})")
-        data = array.astype(NUMPY_OF[dtype], copy=False).reshape(array.shape or (1,))
+        numpy_type = np.int32 if dtype == "i32" else NUMPY_OF[dtype]
+        data = array.astype(numpy_type, copy=False).reshape(array.shape or (1,))
         value = self.graph.parameter(self._fresh(name), data.shape, dtype)
         self.bindings.parameters[value.name] = data
         return value
@@ -560,8 +581,6 @@ class Importer:
         reason = f"op type {node.op_type!r} is not supported"
         if node.op_type == "Erf":
             reason += " (Erf is accepted only inside the GeLU pattern x*0.5*(1+erf(x/sqrt(2))))"
-        elif node.op_type == "Where":
-            reason += " (Where is accepted only as a constant causal mask of an attention pattern)"
         elif position in self.fold_failures:
             reason += (
                 f" (its inputs are constant but folding failed: {self.fold_failures[position]})"

@@ -10,6 +10,7 @@ Same conventions as ``onnx_ops``: an emitter returns the node's first output.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -324,11 +325,35 @@ def runtime_attention_mask(imp: Importer, node: NodeProto, name: str, q: Value) 
         )
     mask = imp.value(name)
     if imp.elem_types.get(name) == TensorProto.BOOL:
-        zero = imp.derived(imp.label(node), "open", np.array(0.0), q)
-        blocked = imp.derived(imp.label(node), "blocked", np.array(-np.inf), q)
-        where_name = imp.op_name(f"{imp.label(node)}/mask")
-        return imp.graph.where(mask, zero, blocked, name=where_name)
+        return additive_mask(imp, name, q.dtype)
     return mask
+
+
+def additive_mask(imp: Importer, name: str, dtype: str) -> Value:
+    """``where(mask, 0, -inf)`` of the boolean ONNX tensor ``name``, made once per precision
+    (every layer's Attention reads the same one)."""
+    key = (name, dtype)
+    if key not in imp.mask_cache:
+        g, mask = imp.graph, imp.value(name)
+        zero, blocked = (imp._new_parameter(f"{name}.{role}", np.array(v), dtype)
+                         for role, v in (("open", 0.0), ("blocked", -np.inf)))  # fmt: skip
+        imp.mask_cache[key] = g.where(mask, zero, blocked, name=imp.op_name(f"{name}/additive"))
+    return imp.mask_cache[key]
+
+
+def shared_bool_masks(imp: Importer, live: Collection[int]) -> dict[str, str]:
+    """Boolean run-time ``attn_mask`` tensors read by several live opset-23 Attention nodes,
+    with the precision of their queries: the importer makes their additive form right after
+    the tensor is computed, before the first layer, so the layers can roll into one loop."""
+    readers: dict[str, list[str]] = {}
+    for position in live:
+        node = imp.index.nodes[position]
+        mask = node.input[3] if node.op_type == "Attention" and len(node.input) > 3 else ""
+        elem = imp.elem_types.get(node.input[0]) if mask else None
+        boolean = bool(mask) and imp.elem_types.get(mask) == TensorProto.BOOL
+        if boolean and imp.constant(mask) is None and elem in PRECISION_OF:
+            readers.setdefault(mask, []).append(PRECISION_OF[elem])
+    return {m: dtypes[0] for m, dtypes in readers.items() if len(dtypes) > 1}
 
 
 EMITTERS: dict[str, Emitter] = {

@@ -371,6 +371,25 @@ class RuntimeMask:
     name: str
 
 
+def _scores_side(index: OnnxIndex, tensor: str) -> bool:
+    """Whether ``tensor`` is a MatMul result, possibly scaled by scalar constants (the
+    attention scores side of an Add, not a run-time mask such as ``(1 - m) * -1e4``)."""
+    for _ in range(4):
+        node = index.node_of(tensor, ("MatMul", "Mul", "Div"))
+        if node is None:
+            return False
+        if node.op_type == "MatMul":
+            return True
+        scalars = [index.scalar(n) is not None for n in node.input[:2]]
+        if scalars == [False, True]:
+            tensor = node.input[0]
+        elif scalars == [True, False] and node.op_type == "Mul":
+            tensor = node.input[1]
+        else:
+            return False
+    return False
+
+
 def _mask(
     index: OnnxIndex, tensor: str, user: int
 ) -> tuple[str, np.ndarray | RuntimeMask | None, list[int]]:
@@ -382,8 +401,8 @@ def _mask(
         for s, m in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
             if m in index.constants and s not in index.constants:
                 return s, index.constants[m], [index.index_of(add)]
-        scores = index.node_of(add.input[0], ("MatMul", "Mul", "Div"))
-        s, m = (add.input[0], add.input[1]) if scores is not None else (add.input[1], add.input[0])
+        first = _scores_side(index, add.input[0]) or not _scores_side(index, add.input[1])
+        s, m = (add.input[0], add.input[1]) if first else (add.input[1], add.input[0])
         return s, RuntimeMask(m), [index.index_of(add)]
     where = index.node_of(tensor, "Where")
     if where is not None:

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ipu_stack.graph.onnx_patterns import (
@@ -194,3 +196,58 @@ def match_patch_tokens(index: OnnxIndex, root: int) -> tuple[PatchFusion, list[i
         return None
     conv_pos = index.index_of(conv)
     return PatchFusion(conv.input[0], conv_pos), [flat_pos, conv_pos]
+
+
+def shared_masks_first(
+    index: OnnxIndex, roots: Mapping[int, object], live: Mapping[int, object]
+) -> list[int]:
+    """The live node positions in emission order: ONNX order, except that the producer of a
+    run-time attention mask read by several fused attentions moves up to just after the
+    producers of its inputs. A dynamo export computes BERT's padding mask once, in the middle
+    of layer 0; emitted there it would tie layer 0 to the later layers and keep them from
+    rolling into one loop (the legacy exporter recomputes it in every layer)."""
+    from ipu_stack.graph.onnx_patterns import AttentionFusion
+
+    readers: dict[str, int] = {}
+    for fusion in roots.values():
+        if isinstance(fusion, AttentionFusion) and fusion.mask:
+            readers[fusion.mask] = readers.get(fusion.mask, 0) + 1
+    order = sorted(live)
+    for mask in (m for m, count in readers.items() if count > 1):
+        position = index.producer.get(mask)
+        if position is None or position not in live or position in roots:
+            continue
+        node = index.nodes[position]
+        sources = [index.producer[i] for i in node.input if i in index.producer]
+        earliest = max((order.index(p) for p in sources if p in live), default=-1) + 1
+        order.remove(position)
+        order.insert(earliest, position)
+    return order
+
+
+def merge_duplicate_masks(index: OnnxIndex) -> list[str]:
+    """Let every reader of a repeated mask builder ``Where(cond, c1, c2)`` (scalar constants
+    ``c1``, ``c2``; the legacy exporter writes one per layer from the same condition) read the
+    first one instead; the others become dead. Returns one note per merged node."""
+    first: dict[tuple[object, ...], str] = {}
+    notes = []
+    for node in index.nodes:
+        if node.op_type != "Where" or node.domain not in ("", "ai.onnx") or len(node.input) != 3:
+            continue
+        cond, a, b = node.input
+        ca, cb = index.constants.get(a), index.constants.get(b)
+        if cond in index.constants or ca is None or cb is None or ca.size != 1 or cb.size != 1:
+            continue
+        key = (cond, ca.dtype.str, ca.shape, ca.tobytes(), cb.dtype.str, cb.shape, cb.tobytes())
+        out = node.output[0]
+        kept = first.setdefault(key, out)
+        if kept == out or out in index.graph_outputs:
+            continue
+        for user in index.consumers.pop(out, []):
+            reader = index.nodes[user]
+            for i, name in enumerate(reader.input):
+                if name == out:
+                    reader.input[i] = kept
+            index.consumers[kept].append(user)
+        notes.append(f"mask {node.name or out!r} is the same as {kept!r}: read once")
+    return notes
