@@ -7,9 +7,10 @@ tiles in ``i32``: booleans are i32 0/1, integer constants become i32 parameters 
 outside int32 is refused at import, naming the constant and the value), int64 host inputs
 are checked to fit int32 when fed.
 
-- ``And``/``Or``/``Xor``/``Not`` of 0/1 values: ``a * b``; ``1 - ((a + b) == 0)``;
-  ``1 - (a == b)``; ``a == 0`` (an i32 ``equal`` against a zero parameter gives 0/1);
-- ``Cast`` to ``bool``: ``x != 0`` as ``(x == 0) == 0``, from an integer or a float value;
+- ``And``/``Or``/``Xor``/``Not`` of 0/1 values: ``a * b``; ``where(a + b, 1, 0)``;
+  ``where(a == b, 0, 1)``; ``where(a, 0, 1)`` (i32 ``where`` tests its condition ``!= 0``);
+- ``Cast`` to ``bool``: ``x != 0``, as ``where(x, 1, 0)`` for an integer value and
+  ``where(x == 0, 0, 1)`` for a float one;
 - ``Where`` with a run-time condition: the graph ``where``;
 - ``Expand``: a broadcast, emitted as an add of zeros shaped like the new axes only;
 - ``Sub`` of two i32 values: ``a + b * -1``;
@@ -84,15 +85,16 @@ def _const_i32(imp: Importer, base: str, role: str, array: np.ndarray) -> Value:
 def is_zero(imp: Importer, x: Value, base: str, name: str) -> Value:
     """1 where ``x == 0`` else 0 (i32); ``x`` i32 or float."""
     if x.dtype == "i32":
-        zero = _const_i32(imp, base, "zero", np.zeros(1))
-    else:
-        zero = imp.derived(base, "zero", np.zeros(1), x)
+        return select(imp, x, 0, 1, base, name)
+    zero = imp.derived(base, "zero", np.zeros(1), x)
     return imp.graph.equal(x, zero, name=imp.op_name(name))
 
 
-def logical_not(imp: Importer, x: Value, base: str, name: str) -> Value:
-    """``1 - x`` for a 0/1 value, as ``x == 0``."""
-    return is_zero(imp, x, base, name)
+def select(imp: Importer, cond: Value, if_true: int, if_false: int, base: str, name: str) -> Value:
+    """``if_true`` where the i32 ``cond`` is non-zero, else ``if_false`` (one i32 where)."""
+    a = _const_i32(imp, base, f"is{if_true}", np.full(1, if_true))
+    b = _const_i32(imp, base, f"is{if_false}", np.full(1, if_false))
+    return imp.graph.where(cond, a, b, name=imp.op_name(name))
 
 
 def emit_and(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -104,19 +106,19 @@ def emit_or(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     out = imp.label(node)
     a, b = _i32(imp, node.input[0]), _i32(imp, node.input[1])
     total = imp.graph.add(a, b, name=imp.op_name(f"{out}/sum"))
-    neither = is_zero(imp, total, out, f"{out}/neither")
-    return logical_not(imp, neither, out, out)
+    return select(imp, total, 1, 0, out, out)
 
 
 def emit_xor(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     out = imp.label(node)
     a, b = _i32(imp, node.input[0]), _i32(imp, node.input[1])
     same = imp.graph.equal(a, b, name=imp.op_name(f"{out}/same"))
-    return logical_not(imp, same, out, out)
+    return select(imp, same, 0, 1, out, out)
 
 
 def emit_not(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    return logical_not(imp, _i32(imp, node.input[0]), imp.label(node), imp.label(node))
+    out = imp.label(node)
+    return select(imp, _i32(imp, node.input[0]), 0, 1, out, out)
 
 
 def emit_cast_bool(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
@@ -126,8 +128,10 @@ def emit_cast_bool(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> V
     out, x = imp.label(node), imp.value(node.input[0])
     if imp.elem_types.get(node.input[0]) == TensorProto.BOOL:
         return x  # already 0/1
+    if x.dtype == "i32":
+        return select(imp, x, 1, 0, out, out)
     zero = is_zero(imp, x, out, f"{out}/is_zero")
-    return logical_not(imp, zero, out, out)
+    return select(imp, zero, 0, 1, out, out)
 
 
 def emit_where(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
