@@ -130,3 +130,19 @@ def test_a_wrong_stored_reference_is_caught():
     want = expected["y"].astype(np.float64)
     want[0, 0] += 0.01 * np.abs(want).max()
     assert np.abs(got - want).max() > 2e-3 * np.abs(want).max()
+
+
+def test_the_cli_runs_a_bert_export_with_integer_inputs():
+    """``ipu-stack onnx`` feeds random 0/1 ids and mask (int64 for onnxruntime, i32 here)."""
+    import json
+    import subprocess
+    import sys
+
+    path = EXPORTS / "bert_ids__legacy17.onnx"
+    done = subprocess.run(
+        [sys.executable, "-m", "ipu_stack.cli", "onnx", str(path), "--tiles", "16", "--json"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["passed"] and report["reference"] == "onnxruntime"

@@ -440,6 +440,8 @@ class Importer:
                 if fusion is not None:
                     # A Gemm's C input stays an operand of the fused node.
                     operands = [*fusion.operands, *node.input[2:3]]
+                elif node.op_type == "GatherND":  # the Concat building its indices is not
+                    operands = onnx_ops_integer.gather_nd_operands(self.index, node)
                 stack.extend(n for n in operands if n)
         return live
 

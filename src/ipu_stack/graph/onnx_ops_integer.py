@@ -38,7 +38,7 @@ from ipu_stack.graph.compute_graph import Value
 from ipu_stack.graph.onnx_ops import Emitter, _int, _required_constant
 from ipu_stack.graph.onnx_ops_exported import EMITTERS as EXPORTED
 from ipu_stack.graph.onnx_ops_exported import _concat_values
-from ipu_stack.graph.onnx_patterns import GemmFusion
+from ipu_stack.graph.onnx_patterns import GemmFusion, OnnxIndex
 
 if TYPE_CHECKING:
     from ipu_stack.graph.onnx_import import Importer
@@ -197,9 +197,11 @@ def emit_gather_nd(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
     data = imp.value(node.input[0])
     batch = _int(node, "batch_dims", 0)
     const = imp.constant(node.input[1])
-    idx_shape = tuple(const.shape) if const is not None else imp.value(node.input[1]).shape
-    if const is None and imp.index.shapes.get(node.input[1]) is not None:
-        idx_shape = tuple(imp.index.shapes[node.input[1]])
+    known = imp.index.shapes.get(node.input[1])
+    if const is not None:
+        idx_shape = tuple(const.shape)
+    else:  # a Concat taken apart (``gather_nd_operands``) is not emitted: use its ONNX shape
+        idx_shape = tuple(known) if known is not None else imp.value(node.input[1]).shape
     rank = len(data.shape)
     if not idx_shape:
         raise GraphError("indices are a scalar; GatherND needs rank >= 1 indices")
@@ -303,6 +305,28 @@ def argmax_bound(imp: Importer, name: str) -> int | None:
     return None
 
 
+def index_concat(index: OnnxIndex, name: str, rank: int) -> NodeProto | None:
+    """The Concat along the last axis that builds GatherND indices ``name`` (of ``rank``) and
+    feeds nothing else, else None."""
+    concat = index.node_of(name, "Concat")
+    if concat is None or _int(concat, "axis", 0) not in (-1, rank - 1):
+        return None
+    users = index.consumers.get(name, [])
+    if name in index.graph_outputs or len(users) != 1:
+        return None
+    return concat
+
+
+def gather_nd_operands(index: OnnxIndex, node: NodeProto) -> list[str]:
+    """The tensors a GatherND needs: its inputs, with a Concat that builds its indices
+    replaced by the Concat's inputs (``emit_gather_nd`` takes it apart, so it is dead)."""
+    shape = index.shapes.get(node.input[1]) if len(node.input) > 1 else None
+    concat = index_concat(index, node.input[1], len(shape)) if shape else None
+    if concat is None or node.input[1] in index.constants:
+        return list(node.input)
+    return [node.input[0], *concat.input]
+
+
 def index_components(
     imp: Importer, name: str, k: int, points: tuple[int, ...], out: str
 ) -> list[Component]:
@@ -311,8 +335,8 @@ def index_components(
     part keeps its bound); anything else is sliced per component."""
     g = imp.graph
     parts: list[tuple[str, int]] = [(name, k)]
-    concat = imp.index.node_of(name, "Concat")
-    if concat is not None and _int(concat, "axis", 0) in (-1, len(points)):
+    concat = index_concat(imp.index, name, len(points) + 1)
+    if concat is not None:
         widths = [imp.index.shapes.get(i, (0,))[-1] if imp.constant(i) is None
                   else imp.constant(i).shape[-1] for i in concat.input]  # type: ignore[union-attr]  # fmt: skip
         if sum(widths) == k and all(w > 0 for w in widths):
