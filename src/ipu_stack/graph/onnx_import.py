@@ -103,8 +103,14 @@ class OnnxBindings:
                     f"got {array.shape}"
                 )
             if value.dtype == "i32":
-                if array.size and (array.min() < -(2**31) or array.max() >= 2**31):
-                    raise GraphError(f"ONNX graph input {onnx_name!r}: values do not fit int32")
+                wide = array.astype(np.int64) if array.dtype.kind in "biu" else array
+                bad = np.flatnonzero((wide < -(2**31)) | (wide >= 2**31))
+                if bad.size:
+                    at = tuple(int(i) for i in np.unravel_index(int(bad[0]), array.shape))
+                    raise GraphError(
+                        f"ONNX graph input {onnx_name!r} holds {wide.reshape(-1)[bad[0]]} at "
+                        f"position {at}, outside int32 (ipu-stack computes integers in int32)"
+                    )
                 feeds[value.name] = array.astype(np.int32).reshape(value.shape)
                 continue
             feeds[value.name] = array.astype(NUMPY_OF[value.dtype]).reshape(value.shape)
