@@ -103,14 +103,7 @@ class OnnxBindings:
                     f"got {array.shape}"
                 )
             if value.dtype == "i32":
-                wide = array.astype(np.int64) if array.dtype.kind in "biu" else array
-                bad = np.flatnonzero((wide < -(2**31)) | (wide >= 2**31))
-                if bad.size:
-                    at = tuple(int(i) for i in np.unravel_index(int(bad[0]), array.shape))
-                    raise GraphError(
-                        f"ONNX graph input {onnx_name!r} holds {wide.reshape(-1)[bad[0]]} at "
-                        f"position {at}, outside int32 (ipu-stack computes integers in int32)"
-                    )
+                onnx_ops_integer.check_int32_input(onnx_name, array)
                 feeds[value.name] = array.astype(np.int32).reshape(value.shape)
                 continue
             feeds[value.name] = array.astype(NUMPY_OF[value.dtype]).reshape(value.shape)
@@ -446,7 +439,7 @@ class Importer:
                 if fusion is not None:
                     # A Gemm's C input stays an operand of the fused node.
                     operands = [*fusion.operands, *node.input[2:3]]
-                elif node.op_type == "GatherND":  # the Concat building its indices is not
+                elif node.op_type == "GatherND":  # a Concat of its indices is taken apart
                     operands = onnx_ops_integer.gather_nd_operands(self.index, node)
                 stack.extend(n for n in operands if n)
         return live

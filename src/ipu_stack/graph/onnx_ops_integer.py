@@ -66,6 +66,18 @@ def int32_constant(name: str, array: np.ndarray) -> np.ndarray:
     return wide.astype(np.int32)
 
 
+def check_int32_input(name: str, array: np.ndarray) -> None:
+    """GraphError naming the first value of host input ``name`` outside int32."""
+    wide = array.astype(np.int64) if array.dtype.kind in "biu" else array
+    bad = np.flatnonzero((wide < INT32_MIN) | (wide > INT32_MAX))
+    if bad.size:
+        at = tuple(int(i) for i in np.unravel_index(int(bad[0]), array.shape))
+        raise GraphError(
+            f"ONNX graph input {name!r} holds {wide.reshape(-1)[bad[0]]} at position {at}, "
+            "outside int32 (ipu-stack computes integers in int32)"
+        )
+
+
 def _i32(imp: Importer, name: str) -> Value:
     """The value of ONNX tensor ``name`` as i32 (booleans and integers are i32 on chip)."""
     v = imp.value(name)
