@@ -1,7 +1,8 @@
 """Import an ONNX model, compile it, run it on the simulator, check it (the CLI's ``onnx``).
 
 The check runs the same model in onnxruntime when it is installed (else the float64 NumPy
-reference of the imported graph) on the same random inputs.
+reference of the imported graph) on the same random inputs (uniform in [-1, 1]; integer and
+boolean inputs such as token ids and padding masks 0 or 1).
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ def _reference(path: str, inputs: dict[str, np.ndarray]) -> tuple[str, dict[str,
         return "numpy", {}
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    feeds = {i.name: inputs[i.name] for i in session.get_inputs() if i.name in inputs}
+    typed = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+    feeds = {
+        i.name: inputs[i.name].astype(typed.get(i.type, inputs[i.name].dtype))
+        for i in session.get_inputs()
+        if i.name in inputs
+    }
     return "onnxruntime", dict(zip(names, session.run(names, feeds), strict=True))
 
 
@@ -56,8 +62,10 @@ def run_onnx(job: OnnxJob, trace: Trace | None = None) -> dict[str, Any]:
     graph, bindings = import_onnx(job.path, input_shapes=job.input_shapes)
     import_seconds = time.perf_counter() - start
     rng = np.random.default_rng(job.seed)
-    inputs = {
-        name: rng.uniform(-1, 1, value.shape).astype(NUMPY_OF[value.dtype])
+    inputs = {  # integer and boolean inputs (token ids, masks): 0 or 1, valid for both
+        name: rng.integers(0, 2, value.shape).astype(np.int32)
+        if value.dtype == "i32"
+        else rng.uniform(-1, 1, value.shape).astype(NUMPY_OF[value.dtype])
         for name, value in bindings.inputs.items()
     }
     built = build(graph, BuildConfig(tiles=job.tiles), trace)

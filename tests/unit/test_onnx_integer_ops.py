@@ -294,3 +294,11 @@ def test_the_padding_mask_matters_on_the_simulator():
     check(m, feeds, simulate=True)
     unmasked = dict(feeds, m=np.ones((2, T), np.int64))
     assert np.abs(onnxruntime(m, unmasked)["y"] - onnxruntime(m, feeds)["y"]).max() > 1e-2
+
+
+def test_an_int64_input_outside_int32_is_refused_naming_position_and_value():
+    _, bindings = import_onnx(_logic("Not"))
+    bad = A.copy()
+    bad[2, 3] = 2**33
+    with pytest.raises(GraphError, match=r"'a' holds 8589934592 at position \(2, 3\), outside"):
+        bindings.feeds({"a": bad, "x": X})

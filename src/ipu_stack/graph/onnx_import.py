@@ -103,8 +103,7 @@ class OnnxBindings:
                     f"got {array.shape}"
                 )
             if value.dtype == "i32":
-                if array.size and (array.min() < -(2**31) or array.max() >= 2**31):
-                    raise GraphError(f"ONNX graph input {onnx_name!r}: values do not fit int32")
+                onnx_ops_integer.check_int32_input(onnx_name, array)
                 feeds[value.name] = array.astype(np.int32).reshape(value.shape)
                 continue
             feeds[value.name] = array.astype(NUMPY_OF[value.dtype]).reshape(value.shape)
@@ -440,6 +439,8 @@ class Importer:
                 if fusion is not None:
                     # A Gemm's C input stays an operand of the fused node.
                     operands = [*fusion.operands, *node.input[2:3]]
+                elif node.op_type == "GatherND":  # a Concat of its indices is taken apart
+                    operands = onnx_ops_integer.gather_nd_operands(self.index, node)
                 stack.extend(n for n in operands if n)
         return live
 

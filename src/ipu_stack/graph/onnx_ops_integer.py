@@ -7,9 +7,10 @@ tiles in ``i32``: booleans are i32 0/1, integer constants become i32 parameters 
 outside int32 is refused at import, naming the constant and the value), int64 host inputs
 are checked to fit int32 when fed.
 
-- ``And``/``Or``/``Xor``/``Not`` of 0/1 values: ``a * b``; ``1 - ((a + b) == 0)``;
-  ``1 - (a == b)``; ``a == 0`` (an i32 ``equal`` against a zero parameter gives 0/1);
-- ``Cast`` to ``bool``: ``x != 0`` as ``(x == 0) == 0``, from an integer or a float value;
+- ``And``/``Or``/``Xor``/``Not`` of 0/1 values: ``a * b``; ``where(a + b, 1, 0)``;
+  ``where(a == b, 0, 1)``; ``where(a, 0, 1)`` (i32 ``where`` tests its condition ``!= 0``);
+- ``Cast`` to ``bool``: ``x != 0``, as ``where(x, 1, 0)`` for an integer value and
+  ``where(x == 0, 0, 1)`` for a float one;
 - ``Where`` with a run-time condition: the graph ``where``;
 - ``Expand``: a broadcast, emitted as an add of zeros shaped like the new axes only;
 - ``Sub`` of two i32 values: ``a + b * -1``;
@@ -37,7 +38,7 @@ from ipu_stack.graph.compute_graph import Value
 from ipu_stack.graph.onnx_ops import Emitter, _int, _required_constant
 from ipu_stack.graph.onnx_ops_exported import EMITTERS as EXPORTED
 from ipu_stack.graph.onnx_ops_exported import _concat_values
-from ipu_stack.graph.onnx_patterns import GemmFusion
+from ipu_stack.graph.onnx_patterns import GemmFusion, OnnxIndex
 
 if TYPE_CHECKING:
     from ipu_stack.graph.onnx_import import Importer
@@ -65,6 +66,18 @@ def int32_constant(name: str, array: np.ndarray) -> np.ndarray:
     return wide.astype(np.int32)
 
 
+def check_int32_input(name: str, array: np.ndarray) -> None:
+    """GraphError naming the first value of host input ``name`` outside int32."""
+    wide = array.astype(np.int64) if array.dtype.kind in "biu" else array
+    bad = np.flatnonzero((wide < INT32_MIN) | (wide > INT32_MAX))
+    if bad.size:
+        at = tuple(int(i) for i in np.unravel_index(int(bad[0]), array.shape))
+        raise GraphError(
+            f"ONNX graph input {name!r} holds {wide.reshape(-1)[bad[0]]} at position {at}, "
+            "outside int32 (ipu-stack computes integers in int32)"
+        )
+
+
 def _i32(imp: Importer, name: str) -> Value:
     """The value of ONNX tensor ``name`` as i32 (booleans and integers are i32 on chip)."""
     v = imp.value(name)
@@ -84,15 +97,16 @@ def _const_i32(imp: Importer, base: str, role: str, array: np.ndarray) -> Value:
 def is_zero(imp: Importer, x: Value, base: str, name: str) -> Value:
     """1 where ``x == 0`` else 0 (i32); ``x`` i32 or float."""
     if x.dtype == "i32":
-        zero = _const_i32(imp, base, "zero", np.zeros(1))
-    else:
-        zero = imp.derived(base, "zero", np.zeros(1), x)
+        return select(imp, x, 0, 1, base, name)
+    zero = imp.derived(base, "zero", np.zeros(1), x)
     return imp.graph.equal(x, zero, name=imp.op_name(name))
 
 
-def logical_not(imp: Importer, x: Value, base: str, name: str) -> Value:
-    """``1 - x`` for a 0/1 value, as ``x == 0``."""
-    return is_zero(imp, x, base, name)
+def select(imp: Importer, cond: Value, if_true: int, if_false: int, base: str, name: str) -> Value:
+    """``if_true`` where the i32 ``cond`` is non-zero, else ``if_false`` (one i32 where)."""
+    a = _const_i32(imp, base, f"is{if_true}", np.full(1, if_true))
+    b = _const_i32(imp, base, f"is{if_false}", np.full(1, if_false))
+    return imp.graph.where(cond, a, b, name=imp.op_name(name))
 
 
 def emit_and(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -104,19 +118,19 @@ def emit_or(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     out = imp.label(node)
     a, b = _i32(imp, node.input[0]), _i32(imp, node.input[1])
     total = imp.graph.add(a, b, name=imp.op_name(f"{out}/sum"))
-    neither = is_zero(imp, total, out, f"{out}/neither")
-    return logical_not(imp, neither, out, out)
+    return select(imp, total, 1, 0, out, out)
 
 
 def emit_xor(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     out = imp.label(node)
     a, b = _i32(imp, node.input[0]), _i32(imp, node.input[1])
     same = imp.graph.equal(a, b, name=imp.op_name(f"{out}/same"))
-    return logical_not(imp, same, out, out)
+    return select(imp, same, 0, 1, out, out)
 
 
 def emit_not(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    return logical_not(imp, _i32(imp, node.input[0]), imp.label(node), imp.label(node))
+    out = imp.label(node)
+    return select(imp, _i32(imp, node.input[0]), 0, 1, out, out)
 
 
 def emit_cast_bool(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
@@ -126,8 +140,10 @@ def emit_cast_bool(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> V
     out, x = imp.label(node), imp.value(node.input[0])
     if imp.elem_types.get(node.input[0]) == TensorProto.BOOL:
         return x  # already 0/1
+    if x.dtype == "i32":
+        return select(imp, x, 1, 0, out, out)
     zero = is_zero(imp, x, out, f"{out}/is_zero")
-    return logical_not(imp, zero, out, out)
+    return select(imp, zero, 0, 1, out, out)
 
 
 def emit_where(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -193,9 +209,11 @@ def emit_gather_nd(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
     data = imp.value(node.input[0])
     batch = _int(node, "batch_dims", 0)
     const = imp.constant(node.input[1])
-    idx_shape = tuple(const.shape) if const is not None else imp.value(node.input[1]).shape
-    if const is None and imp.index.shapes.get(node.input[1]) is not None:
-        idx_shape = tuple(imp.index.shapes[node.input[1]])
+    known = imp.index.shapes.get(node.input[1])
+    if const is not None:
+        idx_shape = tuple(const.shape)
+    else:  # a Concat taken apart (``gather_nd_operands``) is not emitted: use its ONNX shape
+        idx_shape = tuple(known) if known is not None else imp.value(node.input[1]).shape
     rank = len(data.shape)
     if not idx_shape:
         raise GraphError("indices are a scalar; GatherND needs rank >= 1 indices")
@@ -299,6 +317,28 @@ def argmax_bound(imp: Importer, name: str) -> int | None:
     return None
 
 
+def index_concat(index: OnnxIndex, name: str, rank: int) -> NodeProto | None:
+    """The Concat along the last axis that builds GatherND indices ``name`` (of ``rank``) and
+    feeds nothing else, else None."""
+    concat = index.node_of(name, "Concat")
+    if concat is None or _int(concat, "axis", 0) not in (-1, rank - 1):
+        return None
+    users = index.consumers.get(name, [])
+    if name in index.graph_outputs or len(users) != 1:
+        return None
+    return concat
+
+
+def gather_nd_operands(index: OnnxIndex, node: NodeProto) -> list[str]:
+    """The tensors a GatherND needs: its inputs, with a Concat that builds its indices
+    replaced by the Concat's inputs (``emit_gather_nd`` takes it apart, so it is dead)."""
+    shape = index.shapes.get(node.input[1]) if len(node.input) > 1 else None
+    concat = index_concat(index, node.input[1], len(shape)) if shape else None
+    if concat is None or node.input[1] in index.constants:
+        return list(node.input)
+    return [node.input[0], *concat.input]
+
+
 def index_components(
     imp: Importer, name: str, k: int, points: tuple[int, ...], out: str
 ) -> list[Component]:
@@ -307,8 +347,8 @@ def index_components(
     part keeps its bound); anything else is sliced per component."""
     g = imp.graph
     parts: list[tuple[str, int]] = [(name, k)]
-    concat = imp.index.node_of(name, "Concat")
-    if concat is not None and _int(concat, "axis", 0) in (-1, len(points)):
+    concat = index_concat(imp.index, name, len(points) + 1)
+    if concat is not None:
         widths = [imp.index.shapes.get(i, (0,))[-1] if imp.constant(i) is None
                   else imp.constant(i).shape[-1] for i in concat.input]  # type: ignore[union-attr]  # fmt: skip
         if sum(widths) == k and all(w > 0 for w in widths):
