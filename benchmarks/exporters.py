@@ -88,7 +88,8 @@ def check_export(path: Path, tiles: int, precision: str) -> dict[str, object]:
         want64 = want.astype(np.float64)
         got = np.asarray(ours[name], dtype=np.float64).reshape(want64.shape)
         scale = float(np.abs(want64).max()) or 1.0
-        worst = max(worst, float(np.abs(got - want64).max()) / scale)
+        error = float(np.abs(got - want64).max()) / scale
+        worst = max(worst, error if np.isfinite(error) else float("inf"))  # NaN/inf fail
     record.update(
         stage="done",
         simulated_cycles=int(run.cycles),

@@ -590,9 +590,7 @@ def reference_op(op: Operation, args: list[np.ndarray]) -> np.ndarray:
         var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
         return (x - mean) / np.sqrt(var + op.attr("epsilon")) * scale + bias
     if op.kind == "softmax":
-        x = args[0]
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+        return _reference_softmax(args[0])
     if op.kind == "transpose":
         return np.transpose(args[0], op.attr("perm"))
     if op.kind == "slice":
@@ -606,11 +604,19 @@ def reference_op(op: Operation, args: list[np.ndarray]) -> np.ndarray:
             tq, tk = s.shape[-2:]
             mask = np.triu(np.ones((tq, tk), bool), k=1 + tk - tq)
             s = np.where(mask, -np.inf, s)
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        return np.matmul(e / e.sum(axis=-1, keepdims=True), v)
+        return np.matmul(_reference_softmax(s), v)
     if op.kind == "cast":
         return args[0]
     raise GraphError(f"{op.name}: no reference for operation kind {op.kind!r}")
+
+
+def _reference_softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis; a row with no finite entry above -inf (every key blocked)
+    is all zeros (softmax and attention define it so: SDPA's NaN guard gives that value)."""
+    open_row = np.isfinite(x).any(axis=-1, keepdims=True) | (x == np.inf).any(-1, keepdims=True)
+    safe = np.where(open_row, x, 0.0)
+    e = np.exp(safe - safe.max(axis=-1, keepdims=True))
+    return np.where(open_row, e / e.sum(axis=-1, keepdims=True), 0.0)
 
 
 def evaluate_reference(graph: ComputeGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -4,7 +4,10 @@ Every FLOAT and FLOAT16 tensor of the main graph becomes the target type: graph 
 outputs and value_info declarations, initializers, ``Constant`` and ``ConstantOfShape`` values,
 and ``Cast`` nodes whose target is FLOAT or FLOAT16 (they become casts to the target, so a
 mixed-precision model computes entirely in the target precision). Values are rounded to the
-nearest representable number; F32 values beyond the F16 range (|x| > 65504) become +-inf.
+nearest representable number; finite F32 values beyond the F16 range (|x| > 65504) saturate
+to +-65504 (exporters write ``finfo(float32).min`` as "minus a large finite number" in masks:
+as -inf, ``0 * mask`` would be NaN and a fully masked row's softmax NaN, where F32 gives a
+uniform row); infinities stay infinite.
 Integer, boolean and float64 tensors are left as they are; subgraphs are not visited.
 """
 
@@ -50,6 +53,8 @@ def convert_precision(model: onnx.ModelProto, precision: str) -> onnx.ModelProto
 
 
 def _converted(tensor: TensorProto, dtype: type[np.generic]) -> TensorProto:
-    with np.errstate(over="ignore"):
-        array = numpy_helper.to_array(tensor).astype(dtype)
-    return numpy_helper.from_array(array, tensor.name)
+    array = numpy_helper.to_array(tensor)
+    if dtype is np.float16:
+        top = float(np.finfo(np.float16).max)
+        array = np.where(np.isfinite(array), np.clip(array, -top, top), array)
+    return numpy_helper.from_array(array.astype(dtype), tensor.name)

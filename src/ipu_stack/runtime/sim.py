@@ -693,8 +693,7 @@ def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
         eps = np.float32(call.attr("epsilon"))
         return (x[0] - mean) / np.sqrt(var + eps) * x[1] + x[2]
     if call.kind == "softmax":
-        e = np.exp(x[0] - x[0].max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+        return _softmax_rows(x[0])
     if call.kind == "attention":
         q, k, v = x[:3]
         s = (q @ k.T) * np.float32(call.attr("scale"))
@@ -704,9 +703,17 @@ def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
             q0, tq = int(call.attr("q_offset")), int(call.attr("q_total"))
             qi = np.arange(q0, q0 + q.shape[0])[:, None] + (k.shape[0] - tq)
             s = np.where(np.arange(k.shape[0])[None, :] > qi, -np.inf, s)
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        return (e / e.sum(axis=-1, keepdims=True)) @ v
+        return _softmax_rows(s) @ v
     raise SimulationError(f"no semantics for kernel kind {call.kind!r}")
+
+
+def _softmax_rows(s: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis; a row whose every entry is -inf (all keys blocked) gives
+    zeros, the value of SDPA's NaN guard ``Where(IsNaN(p), 0, p)`` that the importer absorbs."""
+    top = s.max(axis=-1, keepdims=True)
+    blocked = top == -np.inf
+    e = np.exp(s - np.where(blocked, 0, top).astype(s.dtype))
+    return e / np.where(blocked, 1, e.sum(axis=-1, keepdims=True)).astype(s.dtype)
 
 
 def _as2d(array: np.ndarray) -> np.ndarray:
