@@ -65,6 +65,8 @@ class OpLowering:
     buffer_use: dict[tuple[int, str], int] = field(default_factory=dict)
     # ops the mid-level plan puts in a row layout over this many tiles (else: anchor layout)
     row_tiles: dict[str, int] = field(default_factory=dict)
+    # gemms whose tile range starts at this tile (wrapping; place/balance.py), else 0
+    tile_offsets: dict[str, int] = field(default_factory=dict)
     # per op: (calls before exchange, transfers, calls after) for the estimate
     costs: dict[str, tuple[list[KernelCall], list[LogicalTransfer], list[KernelCall]]] = field(
         default_factory=dict

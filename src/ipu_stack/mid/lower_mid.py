@@ -66,15 +66,20 @@ def lower_mid(
     width: int = DEFAULT_BEAM_WIDTH,
     trace: Trace | None = None,
     capacity_scale: float = 1.0,
+    resident_scale: int = 1,
+    resident_base: int = 0,
 ) -> list[Finalist]:
     """Whole-graph plans: the best ``finalists`` (each logged as a retained finalist), then
     the other surviving branches, leanest first, as fallbacks for placement.
+    ``resident_scale`` and ``resident_base``: see :func:`~ipu_stack.mid.beam.beam_search`.
 
     Raises:
         PlanError: if no plan fits (names the operation, region and shortfall).
     """
     graph.verify()
-    branches = beam_search(graph, tiles, gemm_problems(graph), width, capacity_scale)
+    branches = beam_search(
+        graph, tiles, gemm_problems(graph), width, capacity_scale, resident_scale, resident_base
+    )
     out = []
     for i, br in enumerate(branches[:finalists]):
         f = Finalist(

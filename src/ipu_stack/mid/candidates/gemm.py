@@ -125,6 +125,7 @@ def gemm_candidates(
                     * (
                         plan.exchange_phases + EXCHANGE_ROW_WORDS_PER_CHUNK * max(1, plan.col_parts)
                     ),
+                    plan.resident_bytes,
                 ),
                 plan.tiles,
                 plan.exchange_phases,
