@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -77,6 +78,7 @@ def lower_program(
     tile_count: int,
     row_tiles: dict[str, int] | None = None,
     tile_offsets: dict[str, int] | None = None,
+    bodies: dict[str, Any] | None = None,
 ) -> LowProgram:
     """Lower every operation with its chosen plan.
 
@@ -86,6 +88,7 @@ def lower_program(
         tile_count: the number of tiles available.
         row_tiles: operations the plan puts in whole-row layouts, with their tile counts.
         tile_offsets: gemms whose tiles start at this tile (``place/balance.py``).
+        bodies: the plan (a ``Finalist``) of each repeat's body, by operation name.
 
     Returns:
         The program over logical tiles, with host bindings for inputs, parameters, outputs.
@@ -97,6 +100,7 @@ def lower_program(
     ctx = OpLowering(graph, builder, tile_count, value_shards, host_shards)
     ctx.row_tiles.update(row_tiles or {})
     ctx.tile_offsets.update(tile_offsets or {})
+    ctx.bodies.update(bodies or {})
     estimates = lower_operations(ctx, plans)
     bindings = []
     for v in graph.values:

@@ -51,6 +51,8 @@ class Branch:
     # any operation so far with every weight live until its last use (see ``beam_search``)
     resident_total: int = 0
     headroom: int = 1 << 62
+    resident_interleaved: int = 0  # the same for the weights kept in the interleaved region
+    headroom_interleaved: int = 1 << 62
 
     def objectives(self) -> tuple[int, ...]:
         return (
@@ -91,6 +93,7 @@ def beam_search(
     capacity_scale: float = 1.0,
     resident_scale: int = 1,
     resident_base: int = 0,
+    loop_body: bool = False,
 ) -> list[Branch]:
     """Whole-graph plans that fit, cheapest first.
 
@@ -103,7 +106,10 @@ def beam_search(
     lower bound), and each branch keeps its least headroom so far, lowered as the real
     ``R_j`` become known. ``resident_scale`` multiplies the weights (a loop body's weights
     are stored once per iteration) and ``resident_base`` is what every tile holds besides
-    (the enclosing graph's weights, when planning a loop body).
+    (the enclosing graph's weights, when planning a loop body). In a ``loop_body`` every
+    weight lives for the whole body (each iteration needs its block), so an operation also
+    counts the weights of the operations before it and all ``resident_scale`` blocks of its
+    own (its footprint holds one).
 
     Raises:
         PlanError: naming the operation, the memory region and the shortfall per tile when
@@ -146,18 +152,35 @@ def beam_search(
                 total = live_std + cand.footprint.standard + live_il + cand.footprint.interleaved
                 own = cand.footprint.resident * cand.active_tiles * resident_scale
                 own = max(own, lower[index])
+                once = cand.footprint.resident * cand.active_tiles
+                once_il = cand.footprint.resident_interleaved * cand.active_tiles
+                earlier = br.resident_total + own - once if loop_body else 0
                 # later weights, spread: this op's real bytes replace its lower bound
                 headroom = min(
                     br.headroom - -(-(own - lower[index]) // tiles),
-                    capacity - resident_base - total - -(-later[index + 1] // tiles),
+                    capacity - resident_base - total - -(-(later[index + 1] + earlier) // tiles),
                 )
-                if il > interleaved_cap or total > capacity or headroom < 0:
+                own_il = cand.footprint.resident_interleaved * cand.active_tiles * resident_scale
+                spread_il = -(-own_il // tiles)
+                # the same in the interleaved region (later ops' part of it is not known yet)
+                earlier_il = br.resident_interleaved + own_il - once_il if loop_body else 0
+                headroom_il = min(
+                    br.headroom_interleaved - spread_il,
+                    interleaved_cap - il - -(-earlier_il // tiles),
+                )
+                if il > interleaved_cap or total > capacity or headroom < 0 or headroom_il < 0:
                     region, need, cap = (
                         ("interleaved", il, interleaved_cap)
                         if il > interleaved_cap
                         else ("total", total, capacity)
                         if total > capacity
                         else ("total (weights included)", capacity - headroom, capacity)
+                        if headroom < 0
+                        else (
+                            "interleaved (weights included)",
+                            interleaved_cap - headroom_il,
+                            interleaved_cap,
+                        )
                     )
                     if best_miss is None or need - cap < best_miss[2]:
                         best_miss = (need, region, need - cap)
@@ -175,6 +198,8 @@ def beam_search(
                     br.exchange_row_bytes + cand.footprint.exchange_row_bytes,
                     br.resident_total + own,
                     headroom,
+                    br.resident_interleaved + own_il,
+                    headroom_il,
                 )
                 nb.choices[op.name] = cand
                 for v, wanted in zip(op.inputs, cand.input_formats, strict=True):

@@ -92,6 +92,7 @@ class GemmPlan:
     # bytes per tile the host writes before the run (resident blocks, distributed chunks):
     # live from step 0 until the gemm, whatever runs in between
     resident_bytes: int = 0
+    resident_interleaved_bytes: int = 0  # the part of them in the interleaved region
 
     @property
     def exchange_cycles(self) -> int:
@@ -381,6 +382,7 @@ def enumerate_plans(
                 peak_bytes=int(peak[i]),
                 interleaved_bytes=int(interleaved[i]),
                 resident_bytes=int(host_bytes[i]),
+                resident_interleaved_bytes=int(np.where(wint, right_host, 0)[i]),
             )
         )
     return plans

@@ -372,8 +372,9 @@ def _evaluate(
     plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations if op.kind == "gemm"}
     # Weight-carrying gemms spread over the tiles; a tile that cannot hold what the host
     # writes before the run rejects the finalist here, before placement.
-    offsets, _ = tile_offsets(graph, finalist.gemm_plans, config.tiles)
-    program = lower_program(graph, plans, config.tiles, finalist.row_tiles, offsets)
+    bodies = finalist.bodies
+    offsets, _ = tile_offsets(graph, finalist.gemm_plans, config.tiles, bodies)
+    program = lower_program(graph, plans, config.tiles, finalist.row_tiles, offsets, bodies)
     balance = check_resident(program, finalist.index)
     trace.event("balanced resident weights", finalist=finalist.index, **balance)
     mapping = screen_mappings(program)

@@ -16,6 +16,7 @@ figures: the bytes of every host-written buffer per tile (all live at step 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ def _collect(
     tiles: int,
     scale: int,
     out: list[_Weights],
+    bodies: dict[str, Any],
 ) -> None:
     from ipu_stack.mid.candidates.repeat import body_finalist
     from ipu_stack.mid.residency import enclosing_weights_per_tile
@@ -54,17 +56,20 @@ def _collect(
             body: ComputeGraph = op.attr("body")
             count = int(op.attr("count"))
             base = enclosing_weights_per_tile(graph, op, tiles)
-            inner = body_finalist(body, tiles, count, base).gemm_plans
-            _collect(body, inner, tiles, scale * count, out)
+            plan_of_body = bodies.get(op.name) or body_finalist(body, tiles, count, base)
+            _collect(body, plan_of_body.gemm_plans, tiles, scale * count, out, bodies)
 
 
 def tile_offsets(
-    graph: ComputeGraph, plans: dict[str, GemmPlan], tiles: int
+    graph: ComputeGraph,
+    plans: dict[str, GemmPlan],
+    tiles: int,
+    bodies: dict[str, Any] | None = None,
 ) -> tuple[dict[str, int], np.ndarray]:
     """Start tile of every weight-carrying GEMM (loop bodies included), and the per-tile
     resident weight bytes that result (the planner's figures, before lowering)."""
     entries: list[_Weights] = []
-    _collect(graph, plans, tiles, 1, entries)
+    _collect(graph, plans, tiles, 1, entries, bodies or {})
     load = np.zeros(tiles, dtype=np.int64)
     offsets: dict[str, int] = {}
     for w in sorted(entries, key=lambda e: (-e.per_tile, -e.tiles, e.name)):
