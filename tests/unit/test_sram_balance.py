@@ -57,7 +57,15 @@ def _lowered(graph: ComputeGraph, rotate: bool, finalist) -> LowProgram:
     return lower_program(graph, plans, TILES, finalist.row_tiles, offsets)
 
 
-def test_narrow_gemm_weights_are_spread_over_the_tiles():
+def test_small_weights_are_not_moved():
+    g, _ = _narrow_gemms()
+    finalist = lower_mid(g, TILES, 1)[0]
+    offsets, stacked = balance.tile_offsets(g, finalist.gemm_plans, TILES)
+    assert offsets == {} and 0 < stacked.max() <= balance.STACKED_LIMIT * usable_bytes("any")
+
+
+def test_narrow_gemm_weights_are_spread_over_the_tiles(monkeypatch):
+    monkeypatch.setattr(balance, "STACKED_LIMIT", 0.0)  # as if the weights were large
     g, _ = _narrow_gemms()
     finalist = lower_mid(g, TILES, 1)[0]
     assert max(p.tiles for p in finalist.gemm_plans.values()) < TILES // 2  # few tiles each
@@ -72,7 +80,10 @@ def test_narrow_gemm_weights_are_spread_over_the_tiles():
     assert (balance.resident_bytes(program)[:TILES] == rotated).all()
 
 
-def test_rotated_gemms_still_compute_the_right_result_and_build_deterministically(tmp_path):
+def test_rotated_gemms_still_compute_the_right_result_and_build_deterministically(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(balance, "STACKED_LIMIT", 0.0)
     g, params = _narrow_gemms()
     config = BuildConfig(tiles=TILES, compile_kernels=False)
     built = build(g, config)

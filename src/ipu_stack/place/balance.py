@@ -9,6 +9,10 @@ block first, each into the window whose busiest tile is the least loaded so far 
 least loaded in total, then the lowest offset: deterministic). A loop body's GEMMs count
 once per iteration (their weights are stored one block per iteration).
 
+Rotation is only used when it is needed: if every GEMM starting at tile 0 leaves the busiest
+tile with at most ``STACKED_LIMIT`` of its data memory in weights, nothing moves (consecutive
+GEMMs then keep the operand locality of equal tile ranges, and small models build as before).
+
 ``resident_bytes`` measures the result on a lowered program, independently of the planner's
 figures: the bytes of every host-written buffer per tile (all live at step 0).
 """
@@ -27,6 +31,7 @@ from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.place.sram import Region, usable_bytes
 
 OFFSET_GRANULE = 2  # keep the two tiles of an exchange pair together (mapping.py)
+STACKED_LIMIT = 0.25  # of a tile's data memory: beyond it, weight-carrying GEMMs are rotated
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,11 @@ def tile_offsets(
     resident weight bytes that result (the planner's figures, before lowering)."""
     entries: list[_Weights] = []
     _collect(graph, plans, tiles, 1, entries, bodies or {})
+    stacked = np.zeros(tiles, dtype=np.int64)
+    for w in entries:
+        stacked[: min(w.tiles, tiles)] += w.per_tile
+    if stacked.max(initial=0) <= STACKED_LIMIT * usable_bytes(Region.ANY):
+        return {}, stacked
     load = np.zeros(tiles, dtype=np.int64)
     offsets: dict[str, int] = {}
     for w in sorted(entries, key=lambda e: (-e.per_tile, -e.tiles, e.name)):
