@@ -10,8 +10,9 @@ least loaded in total, then the lowest offset: deterministic). A loop body's GEM
 once per iteration (their weights are stored one block per iteration).
 
 Rotation is only used when it is needed: if every GEMM starting at tile 0 leaves the busiest
-tile with at most ``STACKED_LIMIT`` of its data memory in weights, nothing moves (consecutive
-GEMMs then keep the operand locality of equal tile ranges, and small models build as before).
+tile with at most ``STACKED_LIMIT`` of its data memory in weights, or if rotating would not
+lower the busiest tile's weights, nothing moves (consecutive GEMMs then keep the operand
+locality of equal tile ranges, and such models build as before).
 
 ``resident_bytes`` measures the result on a lowered program, independently of the planner's
 figures: the bytes of every host-written buffer per tile (all live at step 0).
@@ -96,6 +97,8 @@ def tile_offsets(
         best = int(starts[np.lexsort((starts, totals, busiest))[0]])
         offsets[w.name] = best
         load[(best + np.arange(used)) % tiles] += w.per_tile
+    if load.max() >= stacked.max():  # nothing to gain (e.g. GEMMs on almost every tile)
+        return {}, stacked
     return offsets, load
 
 
