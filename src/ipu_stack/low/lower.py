@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,8 @@ def lower_program(
     plans: dict[int, GemmPlan],
     tile_count: int,
     row_tiles: dict[str, int] | None = None,
+    tile_offsets: dict[str, int] | None = None,
+    bodies: dict[str, Any] | None = None,
 ) -> LowProgram:
     """Lower every operation with its chosen plan.
 
@@ -84,6 +87,8 @@ def lower_program(
         plans: the chosen plan of each operation, by operation id.
         tile_count: the number of tiles available.
         row_tiles: operations the plan puts in whole-row layouts, with their tile counts.
+        tile_offsets: gemms whose tiles start at this tile (``place/balance.py``).
+        bodies: the plan (a ``Finalist``) of each repeat's body, by operation name.
 
     Returns:
         The program over logical tiles, with host bindings for inputs, parameters, outputs.
@@ -94,6 +99,8 @@ def lower_program(
     value_shards: dict[int, list[Shard]] = {}
     ctx = OpLowering(graph, builder, tile_count, value_shards, host_shards)
     ctx.row_tiles.update(row_tiles or {})
+    ctx.tile_offsets.update(tile_offsets or {})
+    ctx.bodies.update(bodies or {})
     estimates = lower_operations(ctx, plans)
     bindings = []
     for v in graph.values:
@@ -153,8 +160,9 @@ def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, i
         if op.kind == "gemm":
             precision = lookup_precision(graph.value(op.left).dtype)
             value_shards[op.output] = lower_gemm(
-                graph, op, plans[op.id], precision, builder, host_shards, value_shards
-            )
+                graph, op, plans[op.id], precision, builder, host_shards, value_shards,
+                ctx.tile_offsets.get(op.name, 0), ctx.tiles,
+            )  # fmt: skip
             for vid in op.inputs:  # host inputs this gemm delivered are homed there now
                 if graph.value(vid).kind == "host_input" and vid not in value_shards:
                     value_shards[vid] = list(host_shards[vid])

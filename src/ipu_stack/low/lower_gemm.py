@@ -103,8 +103,13 @@ def lower_gemm(
     builder: ProgramBuilder,
     host_shards: dict[int, list[Shard]],
     value_shards: dict[int, list[Shard]],
+    tile_offset: int = 0,
+    tile_count: int = 0,
 ) -> list[Shard]:
     """Lower ``op`` under ``plan``; returns the shards of its output value.
+
+    The plan's tile ``t`` runs on tile ``(tile_offset + t) % tile_count`` (the weight
+    balance of ``place/balance.py``); by default on tile ``t``.
 
     Host-written shards of host inputs and parameters are appended to ``host_shards``;
     ``value_shards`` holds the shards of values produced by earlier operations.
@@ -148,6 +153,8 @@ def lower_gemm(
                 for ki in range(pk):
                     k0, k1 = ki * plan.k_block, min(k, (ki + 1) * plan.k_block)
                     tile = ((bi * pr + ri) * pc + ci) * pk + ki
+                    if tile_offset:
+                        tile = (tile_offset + tile) % tile_count
                     rows = r1 - r0
                     ksteps = [(s, min(k1, s + plan.k_step)) for s in range(k0, k1, plan.k_step)]
                     steps_max = max(steps_max, len(ksteps))

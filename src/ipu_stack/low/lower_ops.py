@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,10 @@ class OpLowering:
     buffer_use: dict[tuple[int, str], int] = field(default_factory=dict)
     # ops the mid-level plan puts in a row layout over this many tiles (else: anchor layout)
     row_tiles: dict[str, int] = field(default_factory=dict)
+    # gemms whose tile range starts at this tile (wrapping; place/balance.py), else 0
+    tile_offsets: dict[str, int] = field(default_factory=dict)
+    # the plan of each loop body by repeat operation (else planned on first use)
+    bodies: dict[str, Any] = field(default_factory=dict)
     # per op: (calls before exchange, transfers, calls after) for the estimate
     costs: dict[str, tuple[list[KernelCall], list[LogicalTransfer], list[KernelCall]]] = field(
         default_factory=dict

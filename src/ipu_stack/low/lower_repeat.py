@@ -35,6 +35,7 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
     """Lower a repeat; returns the shards of its result and its estimated cycles."""
     from ipu_stack.low.lower import lower_operations, step_estimate
     from ipu_stack.mid.candidates.repeat import body_finalist
+    from ipu_stack.mid.residency import enclosing_weights_per_tile
 
     g = ctx.graph
     sub: ComputeGraph = op.attr("body")
@@ -42,11 +43,15 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
     n_inv = int(op.attr("invariants"))
     outer = [g.value(v) for v in op.inputs]
     inner = [v for v in sub.values if v.kind != "operation"]
-    finalist = body_finalist(sub, ctx.tiles)
+    finalist = ctx.bodies.get(op.name) or body_finalist(
+        sub, ctx.tiles, count, enclosing_weights_per_tile(g, op, ctx.tiles)
+    )
     plans = {o.id: finalist.gemm_plans[o.name] for o in sub.operations if o.kind == "gemm"}
     body = ProgramBuilder()
     body_ctx = OpLowering(sub, body, ctx.tiles, {}, defaultdict(list))
     body_ctx.row_tiles.update(finalist.row_tiles)
+    body_ctx.tile_offsets.update(ctx.tile_offsets)
+    body_ctx.bodies.update(ctx.bodies)
     estimates = lower_operations(body_ctx, plans)
     carried_in = inner[0]
     homes = body_ctx.value_shards.get(carried_in.id) or body_ctx.shards_of(carried_in) or []

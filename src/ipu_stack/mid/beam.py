@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ipu_stack.errors import PlanError
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.mid.candidates import Candidate, candidates_for
 from ipu_stack.mid.formats import TensorFormat
 from ipu_stack.mid.gemm_plan import INTERLEAVED_DATA_BYTES, STANDARD_DATA_BYTES, GemmProblem
+from ipu_stack.mid.residency import last_uses, parameter_bytes
 from ipu_stack.target import ipu21
 
 
@@ -44,6 +47,12 @@ class Branch:
     peak_total: int = 0
     max_standard_allocation: int = 0
     exchange_row_bytes: int = 0
+    # host-written bytes (weights) over all tiles, and the least per-tile headroom left at
+    # any operation so far with every weight live until its last use (see ``beam_search``)
+    resident_total: int = 0
+    headroom: int = 1 << 62
+    resident_interleaved: int = 0  # the same for the weights kept in the interleaved region
+    headroom_interleaved: int = 1 << 62
 
     def objectives(self) -> tuple[int, ...]:
         return (
@@ -76,25 +85,31 @@ def pareto(branches: list[Branch]) -> list[Branch]:
     return keep
 
 
-def last_uses(graph: ComputeGraph) -> dict[int, int]:
-    """Index of the last operation reading each value (outputs live to the end)."""
-    last: dict[int, int] = {}
-    for i, op in enumerate(graph.operations):
-        for v in op.inputs:
-            last[v] = i
-    for v in graph.outputs:
-        last[v] = len(graph.operations)
-    return last
-
-
 def beam_search(
     graph: ComputeGraph,
     tiles: int,
     problems: dict[int, GemmProblem],
     width: int = 64,
     capacity_scale: float = 1.0,
+    resident_scale: int = 1,
+    resident_base: int = 0,
+    loop_body: bool = False,
 ) -> list[Branch]:
     """Whole-graph plans that fit, cheapest first.
+
+    Resident weights: the host writes every weight before the run, so operation ``j``'s
+    weights occupy tile memory from step 0 until ``j``. Placement spreads them evenly over
+    the tiles (``place/balance.py``), so at operation ``i`` each tile holds, besides ``i``'s
+    own footprint and the live values, about ``sum(R_j for j > i) / tiles`` bytes of later
+    operations' weights, where ``R_j`` is operation ``j``'s host-written bytes over all its
+    tiles. Later operations are not chosen yet: their parameters' bytes stand in for them (a
+    lower bound), and each branch keeps its least headroom so far, lowered as the real
+    ``R_j`` become known. ``resident_scale`` multiplies the weights (a loop body's weights
+    are stored once per iteration) and ``resident_base`` is what every tile holds besides
+    (the enclosing graph's weights, when planning a loop body). In a ``loop_body`` every
+    weight lives for the whole body (each iteration needs its block), so an operation also
+    counts the weights of the operations before it and all ``resident_scale`` blocks of its
+    own (its footprint holds one).
 
     Raises:
         PlanError: naming the operation, the memory region and the shortfall per tile when
@@ -106,6 +121,8 @@ def beam_search(
     interleaved_cap = int(INTERLEAVED_DATA_BYTES * capacity_scale)
     standard_cap = int(STANDARD_DATA_BYTES * capacity_scale)
     capacity = int((STANDARD_DATA_BYTES + INTERLEAVED_DATA_BYTES) * capacity_scale)
+    lower = [b * resident_scale for b in parameter_bytes(graph)]
+    later = np.cumsum([0, *lower[::-1]])[::-1].tolist()  # later[i]: bytes of ops >= i
     for index, op in enumerate(graph.operations):
         expanded: list[Branch] = []
         best_miss: tuple[int, str, int] | None = None
@@ -133,11 +150,37 @@ def beam_search(
                 # what the standard region cannot hold spills into the interleaved one
                 il = live_il + cand.footprint.interleaved + max(0, std - standard_cap)
                 total = live_std + cand.footprint.standard + live_il + cand.footprint.interleaved
-                if il > interleaved_cap or total > capacity:
+                own = cand.footprint.resident * cand.active_tiles * resident_scale
+                own = max(own, lower[index])
+                once = cand.footprint.resident * cand.active_tiles
+                once_il = cand.footprint.resident_interleaved * cand.active_tiles
+                earlier = br.resident_total + own - once if loop_body else 0
+                # later weights, spread: this op's real bytes replace its lower bound
+                headroom = min(
+                    br.headroom - -(-(own - lower[index]) // tiles),
+                    capacity - resident_base - total - -(-(later[index + 1] + earlier) // tiles),
+                )
+                own_il = cand.footprint.resident_interleaved * cand.active_tiles * resident_scale
+                spread_il = -(-own_il // tiles)
+                # the same in the interleaved region (later ops' part of it is not known yet)
+                earlier_il = br.resident_interleaved + own_il - once_il if loop_body else 0
+                headroom_il = min(
+                    br.headroom_interleaved - spread_il,
+                    interleaved_cap - il - -(-earlier_il // tiles),
+                )
+                if il > interleaved_cap or total > capacity or headroom < 0 or headroom_il < 0:
                     region, need, cap = (
                         ("interleaved", il, interleaved_cap)
                         if il > interleaved_cap
                         else ("total", total, capacity)
+                        if total > capacity
+                        else ("total (weights included)", capacity - headroom, capacity)
+                        if headroom < 0
+                        else (
+                            "interleaved (weights included)",
+                            interleaved_cap - headroom_il,
+                            interleaved_cap,
+                        )
                     )
                     if best_miss is None or need - cap < best_miss[2]:
                         best_miss = (need, region, need - cap)
@@ -153,6 +196,10 @@ def beam_search(
                     max(br.peak_total, total),
                     max(br.max_standard_allocation, cand.footprint.max_standard_allocation),
                     br.exchange_row_bytes + cand.footprint.exchange_row_bytes,
+                    br.resident_total + own,
+                    headroom,
+                    br.resident_interleaved + own_il,
+                    headroom_il,
                 )
                 nb.choices[op.name] = cand
                 for v, wanted in zip(op.inputs, cand.input_formats, strict=True):

@@ -89,6 +89,10 @@ class GemmPlan:
     estimated_cycles: int
     peak_bytes: int
     interleaved_bytes: int
+    # bytes per tile the host writes before the run (resident blocks, distributed chunks):
+    # live from step 0 until the gemm, whatever runs in between
+    resident_bytes: int = 0
+    resident_interleaved_bytes: int = 0  # the part of them in the interleaved region
 
     @property
     def exchange_cycles(self) -> int:
@@ -275,10 +279,17 @@ def enumerate_plans(
             + ipu21.LOCAL_COPY_CALL_CYCLES,
             0,
         )
-        return exchange * steps, work, home, copy * steps
+        # host-written before the run: a resident block, a split block's home, or the chunk
+        # of an unsplit distributed block (written into the work buffer itself)
+        chunk = np.where(mode == MODE_CODES["distributed"], work, 0)
+        host = np.where(resident, work, np.where(split, home, chunk))
+        return exchange * steps, work, home, copy * steps, host
 
-    left_x, left_work, left_home, left_copy = operand(lmode, left_step_bytes, left_group)
-    right_x, right_work, right_home, right_copy = operand(rmode, right_step_bytes, right_group)
+    left_x, left_work, left_home, left_copy, left_host = operand(lmode, left_step_bytes, left_group)
+    right_x, right_work, right_home, right_copy, right_host = operand(
+        rmode, right_step_bytes, right_group
+    )
+    host_bytes = left_host + right_host
     operand_x = left_x + right_x
     operand_phases = np.where(operand_x > 0, steps, 0)
     out_bytes = _round_up(bb * rb * cols * out_eb, ALIGN)
@@ -370,6 +381,8 @@ def enumerate_plans(
                 estimated_cycles=int(total[i]),
                 peak_bytes=int(peak[i]),
                 interleaved_bytes=int(interleaved[i]),
+                resident_bytes=int(host_bytes[i]),
+                resident_interleaved_bytes=int(np.where(wint, right_host, 0)[i]),
             )
         )
     return plans

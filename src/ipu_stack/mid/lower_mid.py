@@ -38,6 +38,15 @@ class Finalist:
             if isinstance(cand.choice, tuple) and cand.choice[0] == "rows"
         }
 
+    @property
+    def bodies(self) -> dict[str, Finalist]:
+        """The plan of each loop body (repeat operations), by operation name."""
+        return {
+            name: cand.choice[2]
+            for name, cand in self.branch.choices.items()
+            if isinstance(cand.choice, tuple) and cand.choice[0] == "repeat"
+        }
+
     def fields(self) -> dict[str, Any]:
         br = self.branch
         tiles = sorted({c.active_tiles for c in br.choices.values()})
@@ -66,15 +75,29 @@ def lower_mid(
     width: int = DEFAULT_BEAM_WIDTH,
     trace: Trace | None = None,
     capacity_scale: float = 1.0,
+    resident_scale: int = 1,
+    resident_base: int = 0,
+    loop_body: bool = False,
 ) -> list[Finalist]:
     """Whole-graph plans: the best ``finalists`` (each logged as a retained finalist), then
     the other surviving branches, leanest first, as fallbacks for placement.
+    ``resident_scale``, ``resident_base`` and ``loop_body``: see
+    :func:`~ipu_stack.mid.beam.beam_search`.
 
     Raises:
         PlanError: if no plan fits (names the operation, region and shortfall).
     """
     graph.verify()
-    branches = beam_search(graph, tiles, gemm_problems(graph), width, capacity_scale)
+    branches = beam_search(
+        graph,
+        tiles,
+        gemm_problems(graph),
+        width,
+        capacity_scale,
+        resident_scale,
+        resident_base,
+        loop_body,
+    )
     out = []
     for i, br in enumerate(branches[:finalists]):
         f = Finalist(

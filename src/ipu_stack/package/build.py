@@ -46,6 +46,7 @@ from ipu_stack.package.runtime_program import (
 )
 from ipu_stack.package.runtime_program import describe as describe_runtime
 from ipu_stack.place.assign import Placement, physical_phase, place_program
+from ipu_stack.place.balance import check_resident, tile_offsets
 from ipu_stack.place.mapping import screen_mappings
 from ipu_stack.target.ipu21 import SYNC_CYCLES, TILES
 from ipu_stack.tilecode.images import TileImages, build_tile_images, lower_exchanges
@@ -369,7 +370,13 @@ def _evaluate(
 ) -> Evaluated:
     """Lower, map, place and schedule one finalist; refined cycles use its schedules."""
     plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations if op.kind == "gemm"}
-    program = lower_program(graph, plans, config.tiles, finalist.row_tiles)
+    # Weight-carrying gemms spread over the tiles; a tile that cannot hold what the host
+    # writes before the run rejects the finalist here, before placement.
+    bodies = finalist.bodies
+    offsets, _ = tile_offsets(graph, finalist.gemm_plans, config.tiles, bodies)
+    program = lower_program(graph, plans, config.tiles, finalist.row_tiles, offsets, bodies)
+    balance = check_resident(program, finalist.index)
+    trace.event("balanced resident weights", finalist=finalist.index, **balance)
     mapping = screen_mappings(program)
     trace.event(
         "screened tile mappings by exchange resource load",

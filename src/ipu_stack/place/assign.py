@@ -44,9 +44,11 @@ def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, in
     """First and last step (inclusive) that touch each buffer."""
     first: dict[tuple[int, str], int] = {}
     last: dict[tuple[int, str], int] = {}
+    written_first: set[tuple[int, str]] = set()  # first step only writes it (no read)
     for i, step in enumerate(program.steps):
         # Steps come in order: a buffer's first step is the first seen, its last the latest.
         touched: set[tuple[int, str]] = set()
+        read: set[tuple[int, str]] = set()
         if isinstance(step, ComputeStep):
             for call in step.calls:
                 for field_name in ("out", "left", "right", "dst", "src"):
@@ -55,26 +57,46 @@ def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, in
                         ref = ref.ref
                     if isinstance(ref, Ref):
                         touched.add((call.tile, ref.buffer))
+                        if field_name not in ("out", "dst") or _reads_out(call):
+                            read.add((call.tile, ref.buffer))
                 for ref in getattr(call, "inputs", ()):
-                    touched.add((call.tile, (ref.ref if isinstance(ref, View) else ref).buffer))
+                    key = (call.tile, (ref.ref if isinstance(ref, View) else ref).buffer)
+                    touched.add(key)
+                    read.add(key)
         elif isinstance(step, ExchangeStep):
-            touched.update((t.source_tile, t.source.buffer) for t in step.transfers)
+            read.update((t.source_tile, t.source.buffer) for t in step.transfers)
+            touched.update(read)
             touched.update(
                 (tile, ref.buffer) for t in step.transfers for tile, ref in t.destinations
             )
         for key in touched:
-            first.setdefault(key, i)
+            if key not in first:
+                first[key] = i
+                if key not in read:
+                    written_first.add(key)
             last[key] = i
     seen = {key: [first[key], last[key]] for key in first}
-    # Inside a loop body every buffer the body touches lives for the whole body: the next
-    # iteration comes back to the first step.
+    # Inside a loop body a buffer the body reads before writing (carried values, weights,
+    # invariants) or that lives outside the body lives for the whole body: the next
+    # iteration comes back to the first step. One the body writes before any read, and that
+    # only the body touches, is rewritten each iteration: it lives from that write to its
+    # last use, and its bytes are free for the rest of the body.
     for i, step in enumerate(program.steps):
         if isinstance(step, RepeatStep):
             lo, hi = i + 1, i + step.length
-            for span in seen.values():
+            for key, span in seen.items():
                 if span[0] <= hi and lo <= span[1]:
+                    if lo <= span[0] and span[1] <= hi and key in written_first:
+                        continue
                     span[0], span[1] = min(span[0], lo), max(span[1], hi)
     return {k: (v[0], v[1]) for k, v in seen.items()}
+
+
+def _reads_out(call: object) -> bool:
+    """Whether a call's ``out`` is read as well as written (accumulating kernels)."""
+    from ipu_stack.low.program import AddCall, GemmCall
+
+    return isinstance(call, AddCall) or (isinstance(call, GemmCall) and call.accumulate)
 
 
 def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Placement:

@@ -274,7 +274,8 @@ def _free_space(segment: _Interval, blocked: list[_Interval], align: int) -> tup
     largest = 0
     cursor = lo
     for b_lo, b_hi in [*blocked, (hi, hi)]:
-        b_lo, b_hi = max(b_lo, lo), min(b_hi, hi)
+        # clipped to the segment: a blocked range past its end frees nothing beyond it
+        b_lo, b_hi = min(max(b_lo, lo), hi), max(min(b_hi, hi), lo)
         if b_lo > cursor:
             free += b_lo - cursor
             largest = max(largest, b_lo - _align_up(cursor, align))

@@ -16,6 +16,9 @@ class Footprint:
     interleaved: int = 0
     max_standard_allocation: int = 0
     exchange_row_bytes: int = 0
+    # bytes per active tile the host writes before the run (weights): live from step 0
+    resident: int = 0
+    resident_interleaved: int = 0  # the part of ``resident`` that must be interleaved
 
     @property
     def total(self) -> int:

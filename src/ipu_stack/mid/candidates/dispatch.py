@@ -39,7 +39,7 @@ def candidates_for(
     if op.kind == "flash_attention":
         return attention_candidates(graph, op, formats, tiles)
     if op.kind == "repeat":
-        return repeat_candidates(graph, op, tiles)
+        return repeat_candidates(graph, op, tiles, capacity_scale)
     from ipu_stack.errors import GraphError
 
     raise GraphError(f"{op.name}: no candidates for operation kind {op.kind!r}")

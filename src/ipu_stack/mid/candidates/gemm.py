@@ -92,6 +92,10 @@ def gemm_candidates(
             aligned = []
     # The cheapest plans, and the leanest ones in case placement finds memory tighter.
     lean = sorted(ranked, key=lambda p: (p.peak_bytes, p.estimated_cycles))[:LEAN_PLANS]
+    # and those that write the fewest weight bytes before the run (replicate the least)
+    lean += sorted(ranked, key=lambda p: (p.resident_bytes * p.tiles, p.estimated_cycles))[
+        :LEAN_PLANS
+    ]
     plans = ranked[:PLANS_PER_GEMM] + [p for p in lean if p not in ranked[:PLANS_PER_GEMM]]
     plans += [p for p in aligned if p not in plans]
     out = []
@@ -125,6 +129,8 @@ def gemm_candidates(
                     * (
                         plan.exchange_phases + EXCHANGE_ROW_WORDS_PER_CHUNK * max(1, plan.col_parts)
                     ),
+                    plan.resident_bytes,
+                    plan.resident_interleaved_bytes,
                 ),
                 plan.tiles,
                 plan.exchange_phases,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.low.lower_ops import flat_shape
 from ipu_stack.mid.candidates.base import Candidate, Footprint
 from ipu_stack.mid.formats import row_layout_format
+from ipu_stack.mid.residency import enclosing_weights_per_tile
 from ipu_stack.target import ipu21
 
 if TYPE_CHECKING:
@@ -15,29 +17,51 @@ if TYPE_CHECKING:
 
 
 #: body plans by (id(body), tiles): a build plans each loop body once, not once per use
-_BODY_PLANS: dict[tuple[int, int], tuple[ComputeGraph, Finalist]] = {}
+_BODY_PLANS: dict[tuple[int, int, float], tuple[ComputeGraph, Finalist]] = {}
 _BODY_PLANS_KEPT = 8
 
 
-def body_finalist(body: ComputeGraph, tiles: int) -> Finalist:
+def body_finalist(
+    body: ComputeGraph, tiles: int, count: int = 1, base: int = 0, capacity_scale: float = 1.0
+) -> Finalist:
     """The best whole-graph plan of a loop body, planned once per body and tile count (the
-    repeat's candidates and every finalist's lowering share it; forked workers inherit it)."""
+    repeat's candidates and every finalist's lowering share it; forked workers inherit it).
+
+    The body's weights are stored ``count`` times (one block per iteration) and every tile
+    holds ``base`` bytes of the enclosing graph's weights besides: the plan must leave room
+    (in ``capacity_scale`` of tile memory, as the enclosing plan's retries tighten it).
+    """
     from ipu_stack.mid.lower_mid import lower_mid
 
-    key = (id(body), tiles)
+    key = (id(body), tiles, capacity_scale)
     hit = _BODY_PLANS.get(key)
     if hit is None or hit[0] is not body:
-        hit = (body, lower_mid(body, tiles, finalists=1)[0])
+        hit = (
+            body,
+            lower_mid(
+                body,
+                tiles,
+                1,
+                capacity_scale=capacity_scale,
+                resident_scale=count,
+                resident_base=base,
+                loop_body=True,
+            )[0],
+        )
         _BODY_PLANS[key] = hit
         while len(_BODY_PLANS) > _BODY_PLANS_KEPT:
             del _BODY_PLANS[next(iter(_BODY_PLANS))]
     return hit[1]
 
 
-def repeat_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Candidate]:
+def repeat_candidates(
+    graph: ComputeGraph, op: Operation, tiles: int, capacity_scale: float = 1.0
+) -> list[Candidate]:
     body: ComputeGraph = op.attr("body")
     count = int(op.attr("count"))
-    best = body_finalist(body, tiles).branch
+    base = enclosing_weights_per_tile(graph, op, tiles)
+    body_plan = body_finalist(body, tiles, count, base, capacity_scale)
+    best = body_plan.branch
     out = graph.value(op.output)
     n, c = flat_shape(out.shape)
     fmt = row_layout_format(out.dtype, n, c, tiles)
@@ -52,11 +76,16 @@ def repeat_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Ca
         best.exchange_row_bytes,
     )
     tiles_used = max((c.active_tiles for c in best.choices.values()), default=1)
+    footprint = replace(
+        footprint,
+        resident=-(-best.resident_total // tiles_used),
+        resident_interleaved=-(-best.resident_interleaved // tiles_used),
+    )
     return [
         Candidate(
             op.name,
             "repeat",
-            ("repeat", count),
+            ("repeat", count, body_plan),
             tuple(None for _ in op.inputs),
             fmt,
             cycles,
