@@ -55,6 +55,7 @@ from ipu_stack.place.assign import Placement
 from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
 from ipu_stack.runtime.host_integers import host_int32
+from ipu_stack.runtime.tile_memory import tile_memories
 from ipu_stack.target import ipu21
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
@@ -257,7 +258,7 @@ class SimDevice:
         """
         start = time.perf_counter()
         self.check_allocations(placement)
-        mem = np.zeros((program.tile_count, MEMORY_BYTES), dtype=np.uint8)
+        mem = tile_memories(program.tile_count, MEMORY_BYTES)
         self.write_bindings(mem, program, placement, feeds)
         clock = np.zeros(program.tile_count, dtype=np.int64)
         step_cycles = [0] * len(program.steps)
