@@ -78,6 +78,12 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     """
     if not rows:
         return np.zeros(0, np.int64)
+    # rows in physical tile order: every (tile, cycle) key below is then generated in order
+    perm = np.argsort(np.array([r.physical for r in rows], np.int64), kind="stable")
+    if (np.diff(perm) != 1).any():
+        out = np.empty(len(rows), np.int64)
+        out[perm] = simulate([rows[i] for i in perm.tolist()], words32, logical_of, where)
+        return out
     lengths = np.array([_length(r) for r in rows], np.int64)  # up to the closing br
     body = np.concatenate([r.words[:n] for r, n in zip(rows, lengths.tolist(), strict=True)])
     owner, pos = _segments(lengths)
@@ -204,16 +210,27 @@ def _receive(
     item_paired: Any, item_word: IntArray, s_where: IntArray, read_key: IntArray,
 ) -> None:  # fmt: skip
     """Receive cycles of one chunk of rows: match, check and write (see module docstring)."""
+    # per window: the pair's latency and fabric direction (constant over the window)
+    x_src = np.clip(x_value, 0, ipu21.TILES - 1)
+    x_lat = np.where(
+        x_paired,
+        topology.paired_exchange_latency(x_src, x_tile),
+        topology.exchange_latency(x_src, x_tile),
+    )
+    x_dir = topology.direction(x_src, x_tile)
     w_idx, w_k = _segments(w_len)
     r_tile, r_cycle, r_src = x_tile[w_idx], x_act[w_idx] + w_k, x_value[w_idx]
     r_where, r_paired = x_where[w_idx], x_paired[w_idx]
     r_key = r_tile * _BIG + r_cycle
-    r_order = np.argsort(r_key, kind="stable")
-    r_tile, r_cycle, r_src, r_where, r_key, r_paired = (
-        a[r_order] for a in (r_tile, r_cycle, r_src, r_where, r_key, r_paired)
-    )
     if not len(r_key):
         return
+    # rows come in physical tile order and windows in cycle order, so keys are sorted unless
+    # windows overlap (then sort, and report what the sorted order shows)
+    if (r_key[1:] < r_key[:-1]).any():
+        r_order = np.argsort(r_key, kind="stable")
+        w_idx, r_tile, r_cycle, r_src, r_where, r_key, r_paired = (
+            a[r_order] for a in (w_idx, r_tile, r_cycle, r_src, r_where, r_key, r_paired)
+        )
 
     # the pointer at every receive cycle (a PIC write acts from the next cycle)
     p_mask = d.kind == _K["delaypic"]
@@ -236,13 +253,7 @@ def _receive(
     r_ptr = ptr_value + (cum[np.arange(len(r_key))] - cum[first])
 
     # match each receive cycle with the item its source sent
-    s_phys = np.clip(r_src, 0, ipu21.TILES - 1)
-    lat = np.where(
-        r_paired,
-        topology.paired_exchange_latency(s_phys, r_tile),
-        topology.exchange_latency(s_phys, r_tile),
-    )
-    want = r_src * _BIG + (r_cycle - lat)
+    want = r_src * _BIG + (r_cycle - x_lat[w_idx])
     j = np.searchsorted(item_key, want)
     if len(item_key):
         found = (j < len(item_key)) & (item_key[np.minimum(j, len(item_key) - 1)] == want)
@@ -250,8 +261,7 @@ def _receive(
     else:
         found, item = np.zeros(len(want), bool), np.zeros(len(want), np.int64)
     if len(order):
-        direction = topology.direction(s_phys, r_tile)
-        reaches = (s_sctl[i_send[item]] & direction) != 0
+        reaches = (s_sctl[i_send[item]] & x_dir[w_idx]) != 0
         found &= reaches
     if not found.all():
         i = int(np.flatnonzero(~found)[0])
@@ -296,9 +306,9 @@ def _receive(
             f"written at {(dst_word[i] + _BASE_WORD) * 4:#x} in one phase (pointer set at "
             f"{ptr_where[ptr_idx[w_slot[i]]]:#x})"
         )
-    hazard = _isin(read_key, sorted_dst)
+    hazard = _isin(sorted_dst, read_key)  # sorted needles: a cache-friendly search
     if hazard.any():
-        k = int(read_key[hazard][0])
+        k = int(sorted_dst[hazard][0])
         physical = {r.logical: r.physical for r in rows}
         tile = physical.get(k // _BIG, k // _BIG)
         raise SimulationError(
