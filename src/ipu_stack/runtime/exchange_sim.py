@@ -176,14 +176,28 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     ]))  # fmt: skip
     p_mask = d.kind == _K["delaypic"]
     bounds = _chunks(x_owner, w_len, CHUNK_CYCLES)
+    reached = np.zeros((len(item_tile), 4), bool)  # [item, direction bit]: some tile got it
     for lo, hi in bounds:
         chunk = (owner >= lo) & (owner < hi)
         sel = (x_owner >= lo) & (x_owner < hi)
         _receive(
             where, rows, words32, logical_of, d, phys, act, addr, is_pair, p_mask, chunk,
             x_tile[sel], x_act[sel], x_value[sel], x_where[sel], x_paired[sel], w_len[sel],
-            item_key, order, s_sctl, i_send, item_paired, item_word, s_where, read_key,
+            item_key, order, s_sctl, i_send, item_paired, item_word, s_where, read_key, reached,
         )  # fmt: skip
+    # every item goes somewhere: each direction bit of a send reaches a receiver that takes
+    # the item (a word sent into the fabric for no one is a wrong row: an extra count, a
+    # stray direction bit)
+    wanted = s_sctl[i_send] & 3
+    lost = ((wanted & 1) != 0) & ~reached[:, 1] | ((wanted & 2) != 0) & ~reached[:, 2]
+    if lost.any():
+        i = int(np.flatnonzero(lost)[0])
+        side = 1 if wanted[i] & 1 and not reached[i, 1] else 2
+        raise SimulationError(
+            f"{where} tile {item_tile[i]} cycle {item_cycle[i]}: send at {s_where[i_send[i]]:#x} "
+            f"(sctl {s_sctl[i_send[i]]}) drives direction {side} with an item no tile there "
+            "receives"
+        )
     return ends
 
 
@@ -207,7 +221,7 @@ def _receive(
     phys: IntArray, act: IntArray, addr: IntArray, is_pair: Any, p_mask: Any, chunk: Any,
     x_tile: IntArray, x_act: IntArray, x_value: IntArray, x_where: IntArray, x_paired: Any,
     w_len: IntArray, item_key: IntArray, order: IntArray, s_sctl: IntArray, i_send: IntArray,
-    item_paired: Any, item_word: IntArray, s_where: IntArray, read_key: IntArray,
+    item_paired: Any, item_word: IntArray, s_where: IntArray, read_key: IntArray, reached: Any,
 ) -> None:  # fmt: skip
     """Receive cycles of one chunk of rows: match, check and write (see module docstring)."""
     # per window: the pair's latency and fabric direction (constant over the window)
@@ -262,6 +276,7 @@ def _receive(
         found, item = np.zeros(len(want), bool), np.zeros(len(want), np.int64)
     if len(order):
         reaches = (s_sctl[i_send[item]] & x_dir[w_idx]) != 0
+        reached[item, x_dir[w_idx]] = True
         found &= reaches
     if not found.all():
         i = int(np.flatnonzero(~found)[0])
@@ -306,7 +321,7 @@ def _receive(
             f"written at {(dst_word[i] + _BASE_WORD) * 4:#x} in one phase (pointer set at "
             f"{ptr_where[ptr_idx[w_slot[i]]]:#x})"
         )
-    hazard = _isin(sorted_dst, read_key)  # sorted needles: a cache-friendly search
+    hazard = _isin(sorted_dst, read_key, keys_sorted=True)  # sorted needles: cache-friendly
     if hazard.any():
         k = int(sorted_dst[hazard][0])
         physical = {r.logical: r.physical for r in rows}
@@ -326,9 +341,10 @@ def _unique(values: IntArray) -> IntArray:
     return s[np.concatenate([[True], s[1:] != s[:-1]])] if len(s) else s
 
 
-def _isin(values: IntArray, keys: IntArray) -> npt.NDArray[np.bool_]:
-    """Which ``values`` occur in ``keys`` (by a sort and a binary search)."""
-    keys = np.sort(keys)
+def _isin(values: IntArray, keys: IntArray, keys_sorted: bool = False) -> npt.NDArray[np.bool_]:
+    """Which ``values`` occur in ``keys`` (by a sort, unless ``keys_sorted``, and a binary
+    search)."""
+    keys = keys if keys_sorted else np.sort(keys)
     if not len(keys):
         return np.zeros(len(values), bool)
     at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
