@@ -218,3 +218,19 @@ def test_a_send_delivering_to_no_receiver_faults(package_file):
         mutant[sends[0]] ^= flip
         with pytest.raises(SimulationError, match=r"no tile there receives|no sender|port"):
             _run_words(package, mutant)
+
+
+def test_a_pad_send_addresses_nothing_but_a_real_send_at_zero_is_refused(package_file):
+    """``send`` with sctl 0 advances without sending (facts §9.4): no address to check."""
+    package = Package.load(package_file)
+    words, base = _image_words(package)
+    code = words[base:]
+    at = base + int(np.flatnonzero((code & 0xF8000003) == 0x78000001)[0])
+    for word, ok in ((0x78000000, True), (0x78000001, False)):
+        mutant = words.copy()
+        mutant[at] = word
+        if ok:
+            Package.from_bytes(_resealed(package, mutant.tobytes()))
+        else:
+            with pytest.raises(PackageError, match="addresses outside tile memory"):
+                Package.from_bytes(_resealed(package, mutant.tobytes()))
