@@ -2,7 +2,8 @@
 
 For each package: run it from its tile images (the default Session) and from its step
 description (``Session(execution="description")``, the semantic run of the same program,
-whose exchange time is the scheduled 600 + horizon per phase) on the same random inputs;
+whose exchange time is the scheduled 600 + horizon per phase: the scheduled estimate) on the
+same random inputs; also against the package's modelled estimate (``estimated_cycles``);
 compare the outputs bit for bit and the cycles; report the largest tile's encoded row bytes
 beside the old estimate (``compile_runtime``'s 4 x (phases + 42 words per chunk)) and the
 reference's 80 KiB table budget. Writes ``benchmarks/results/tile_images.json``.
@@ -51,6 +52,12 @@ def measure(path: Path, seed: int = 0) -> dict[str, object]:
         "semantic_cycles": sem_cycles,
         "image_cycles": img_cycles,
         "cycle_difference": round((img_cycles - sem_cycles) / sem_cycles, 5),
+        "package_estimated_cycles": package.manifest["program"]["estimated_cycles"],
+        "difference_from_estimate": round(
+            (img_cycles - package.manifest["program"]["estimated_cycles"])
+            / package.manifest["program"]["estimated_cycles"],
+            5,
+        ),
         "semantic_run_seconds": round(sem_s, 2),
         "image_run_seconds": round(img_s, 2),
         "largest_tile_row_bytes": summary["maximum_row_bytes"],

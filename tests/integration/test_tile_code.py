@@ -162,3 +162,75 @@ def test_a_corrupted_branch_faults_naming_tile_and_address(package_file):
     session.initialize()
     with pytest.raises(SimulationError, match=r"tile \d+"):
         session.run({"x": np.zeros((64, 128), np.float16)})
+
+
+def _image_words(package: Package) -> tuple[np.ndarray, int]:
+    return np.frombuffer(package.data, "<u4").copy(), package.manifest["sections"]["images"][
+        "offset"
+    ] // 4
+
+
+def _run_words(package: Package, words: np.ndarray) -> None:
+    session = Session().load(Package.from_bytes(_resealed(package, words.tobytes())))
+    session.initialize()
+    session.run({"x": np.zeros((64, 128), np.float16)})
+
+
+def test_a_stale_or_unset_operand_register_faults(package_file):
+    """An ld32 whose delta register is not $m15 (it reads a register nothing set) faults, as
+    does a call whose operand register was last set before the previous kernel call."""
+    package = Package.load(package_file)
+    words, base = _image_words(package)
+    code = words[base:]
+    # ld32 base=1 dst=2 delta=15 off=1 -> delta 14 (never written)
+    at = int(np.flatnonzero((code & 0xFFFFF000) == 0x0112F000)[0])
+    mutant = words.copy()
+    mutant[base + at] = (int(code[at]) & ~0xF000) | 0xE000
+    with pytest.raises(SimulationError, match=r"reads \$m14, which holds no value"):
+        _run_words(package, mutant)
+    # the first operand load of a later call moves to $m7: $m2 then still holds the value the
+    # previous call was given (clobbered by that call)
+    loads = np.flatnonzero((code & 0xFFFF0000) == 0x01120000)
+    assert len(loads) > 1
+    mutant = words.copy()
+    mutant[base + int(loads[1])] = (int(code[loads[1]]) & ~0xF0000) | 0x70000
+    with pytest.raises(SimulationError, match=r"\$m\d, which holds no value"):
+        _run_words(package, mutant)
+
+
+def test_a_send_delivering_to_no_receiver_faults(package_file):
+    """An extra send count or a stray direction bit puts items on the fabric for no one."""
+    package = Package.load(package_file)
+    words, base = _image_words(package)
+    rows = package.table("rows").tolist()
+    sends = []
+    for tile, _, _, address, count in rows:
+        seg = next(s for s in package.table("segments").tolist()
+                   if s[0] == tile and s[1] <= address < s[1] + s[2] and s[4] >= 0)  # fmt: skip
+        first = base + (seg[4] + address - seg[1]) // 4
+        for k in range(count):
+            w = int(words[first + k])
+            if w & 0xF8000000 == 0x78000000 and w & 3 in (1, 2):
+                sends.append(first + k)
+    assert sends
+    for flip in (2 if int(words[sends[0]]) & 1 else 1, 1 << 26):  # sctl -> 3; count + 32
+        mutant = words.copy()
+        mutant[sends[0]] ^= flip
+        with pytest.raises(SimulationError, match=r"no tile there receives|no sender|port"):
+            _run_words(package, mutant)
+
+
+def test_a_pad_send_addresses_nothing_but_a_real_send_at_zero_is_refused(package_file):
+    """``send`` with sctl 0 advances without sending (facts §9.4): no address to check."""
+    package = Package.load(package_file)
+    words, base = _image_words(package)
+    code = words[base:]
+    at = base + int(np.flatnonzero((code & 0xF8000003) == 0x78000001)[0])
+    for word, ok in ((0x78000000, True), (0x78000001, False)):
+        mutant = words.copy()
+        mutant[at] = word
+        if ok:
+            Package.from_bytes(_resealed(package, mutant.tobytes()))
+        else:
+            with pytest.raises(PackageError, match="addresses outside tile memory"):
+                Package.from_bytes(_resealed(package, mutant.tobytes()))

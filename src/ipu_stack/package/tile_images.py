@@ -242,7 +242,7 @@ def _validate_rows(package: Package, seg: np.ndarray, blob: memoryview, where: s
         row = np.frombuffer(blob[lo : lo + 4 * words], "<u4")
         d = decode_rows(row)
         wpi = 1 + ((d.sctl >> 2) & 1)
-        send = d.kind == 4
+        send = (d.kind == 4) & ((d.sctl & 3) != 0)  # sctl 0 advances without sending (§9.4)
         first, last = d.address * 4, (d.address + d.items * wpi) * 4
         out = send & ((first < ipu21.TILE_MEMORY_BASE) | (last > ipu21.TILE_MEMORY_END))
         pic = (d.kind == 2) & (d.sel == 0)

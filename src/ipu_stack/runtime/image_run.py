@@ -32,6 +32,7 @@ from ipu_stack.package.format import Package
 from ipu_stack.package.validate_program import check_call
 from ipu_stack.runtime.exchange_sim import Row, simulate
 from ipu_stack.runtime.sim import MEMORY_BYTES, RunResult, SimDevice, StepObserver
+from ipu_stack.runtime.tile_memory import tile_memories
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.decode import Decoded, decode
 
@@ -43,6 +44,9 @@ INSTRUCTIONS_PER_CODE_WORD = 200
 INSTRUCTION_FLOOR = 1_000_000  # ... and at least this many
 _ROW_MNEMONICS = frozenset({"delay", "delaypic", "delayxpic", "send", "sendoff", "sendpic"})
 RUN, SYNC, ROW, DONE = "run", "sync", "row", "done"
+#: the register fields each interpreted instruction reads
+_READS = {"ld32": ("base", "delta"), "st32": ("base", "src", "delta"), "add": ("src",),
+          "br": ("reg",), "brz": ("reg",)}  # fmt: skip
 
 
 def _sequence(steps: list[dict[str, Any]]) -> list[int]:
@@ -61,12 +65,23 @@ def _sequence(steps: list[dict[str, Any]]) -> list[int]:
     return out
 
 
+#: registers that hold a value at reset: only ``$m15`` (reads as zero, isa_table) ...
+_DEFINED_AT_RESET = 1 << 15
+#: ... and those a kernel call leaves undefined (assumed caller-saved: the registry ABI passes
+#: operands in ``$m2``..``$m9`` and the kernel may use them and ``$m0``/``$m1`` as scratch;
+#: ``emit_tile_code`` reloads every register it needs after a call). Reading an undefined
+#: register is a fault: code relying on a stale operand is wrong on hardware.
+_CLOBBERED_BY_KERNEL = sum(1 << r for r in range(10))
+
+
 class _Tile:
-    __slots__ = ("logical", "ordinal", "pc", "physical", "regs", "state", "walk", "zone")
+    __slots__ = ("defined", "logical", "ordinal", "pc", "physical", "regs", "state", "walk",
+                 "zone")  # fmt: skip
 
     def __init__(self, logical: int, physical: int, entry: int) -> None:
         self.logical, self.physical, self.pc = logical, physical, entry
         self.regs = [0] * 16
+        self.defined = _DEFINED_AT_RESET
         self.state, self.zone, self.walk, self.ordinal = RUN, -1, 0, 0
 
 
@@ -86,7 +101,7 @@ def run_images(
     program, placement = executable.program, executable.placement
     tiles = package.tiles
     count = len(tiles)
-    mem = np.zeros((count, MEMORY_BYTES), dtype=np.uint8)
+    mem = tile_memories(count, MEMORY_BYTES)
     _load_segments(package, mem)
     device.write_bindings(mem, program, placement, feeds)
     words32 = mem.view(np.uint32)
@@ -134,8 +149,20 @@ def run_images(
             )
         return (address - BASE) >> 2
 
+    def undefined(t: _Tile, reg: int, what: str, pc: int) -> SimulationError:
+        return SimulationError(
+            f"tile {t.physical} cycle {clock[t.logical]}: {what} at {pc:#x} reads $m{reg}, "
+            "which holds no value (never written, or clobbered by the last kernel call)"
+        )
+
     def kernel_call(t: _Tile, target: int, pc: int) -> None:
         symbol, nregs, template = entries[target]
+        needed = sum(1 << r for r in range(2, 2 + nregs)) | 2  # $m1: the operand table
+        if "$s" in str(template):
+            needed |= 1 << 9  # the spilled operands' pointer
+        if needed & ~t.defined:
+            reg = (needed & ~t.defined).bit_length() - 1
+            raise undefined(t, reg, f"call to {symbol}", pc)
         values = t.regs[2 : 2 + nregs]
         step_index = int(words32[t.logical, mem_word(t, t.regs[1], "operand table", pc)])
 
@@ -184,21 +211,33 @@ def run_images(
             m, f, pc = ins.mnemonic, ins.fields, t.pc
             regs[15] = 0
             clock[t.logical] += 1
+            reads = _READS.get(m)
+            if reads is not None:
+                for name in reads:
+                    if not t.defined >> f[name] & 1:
+                        raise undefined(t, f[name], m, pc)
             if m == "setzi":
                 regs[f["reg"]] = f["imm"]
+                t.defined |= 1 << f["reg"]
             elif m == "ld32":
                 a = regs[f["base"]] + regs[f["delta"]] + 4 * f["off"]
                 regs[f["dst"]] = int(words32[t.logical, mem_word(t, a, "ld32", pc)])
+                t.defined |= 1 << f["dst"]
             elif m == "st32":
                 a = regs[f["base"]] + regs[f["delta"]] + 4 * f["off"]
                 words32[t.logical, mem_word(t, a, "st32", pc)] = regs[f["src"]] & 0xFFFFFFFF
             elif m == "add":
                 regs[f["dst"]] = (regs[f["src"]] + f["simm"]) & 0xFFFFFFFF
+                t.defined |= 1 << f["dst"]
             elif m == "call":
                 target = f["target_words"] << 2
                 regs[f["reg"]] = pc + 4
+                t.defined |= 1 << f["reg"]
                 if target in entries:
                     kernel_call(t, target, pc)
+                    t.defined &= ~_CLOBBERED_BY_KERNEL
+                    if not t.defined >> 10 & 1:
+                        raise undefined(t, 10, "the return of a kernel call", pc)
                     t.pc = regs[10]  # the kernel returns with br $m10 (registry ABI)
                     continue
                 t.pc = target
@@ -281,7 +320,10 @@ def run_images(
         for r, end in zip(rows, ends.tolist(), strict=True):
             t = state[r.logical]
             clock[t.logical] = release + end
-            t.pc = t.regs[int(r.words[-1] >> 20) & 0xF]
+            reg = int(r.words[-1] >> 20) & 0xF
+            if not t.defined >> reg & 1:
+                raise undefined(t, reg, "the br closing the exchange row", r.address)
+            t.pc = t.regs[reg]
             t.state = RUN
         end_occ[occ] = clock
         # tiles without a row went straight on to their next sync: already blocked there

@@ -55,6 +55,8 @@ from ipu_stack.place.assign import Placement
 from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
 from ipu_stack.runtime.host_integers import host_int32
+from ipu_stack.runtime.host_threads import one_blas_thread
+from ipu_stack.runtime.tile_memory import tile_memories
 from ipu_stack.target import ipu21
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
@@ -257,7 +259,7 @@ class SimDevice:
         """
         start = time.perf_counter()
         self.check_allocations(placement)
-        mem = np.zeros((program.tile_count, MEMORY_BYTES), dtype=np.uint8)
+        mem = tile_memories(program.tile_count, MEMORY_BYTES)
         self.write_bindings(mem, program, placement, feeds)
         clock = np.zeros(program.tile_count, dtype=np.int64)
         step_cycles = [0] * len(program.steps)
@@ -533,9 +535,10 @@ class SimDevice:
                 outs[i] = mem[t, oo : oo + rows * c * out_eb].view(out_dtype).reshape(rows, c)
             out_offsets.append((t, oo))
         extra = {"scale_exponent": group[0].scale_exponent} if group[0].scale_exponent else {}
-        outs = spec.reference(lefts, rights, outs, accumulate, **extra).astype(
-            out_dtype, copy=False
-        )
+        with one_blas_thread():
+            outs = spec.reference(lefts, rights, outs, accumulate, **extra).astype(
+                out_dtype, copy=False
+            )
         nbytes = rows * c * out_eb
         for i, (t, oo) in enumerate(out_offsets):
             mem[t, oo : oo + nbytes] = outs[i].reshape(-1).view(np.uint8)
