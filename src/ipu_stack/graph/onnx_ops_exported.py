@@ -177,6 +177,22 @@ def emit_concat(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     return _concat_values(imp, values, axis % rank, imp.op_name(imp.label(node)))
 
 
+def take_indices(imp: Importer, x: Value, flat: np.ndarray, axis: int, out: str) -> Value:
+    """``x`` at the (non-negative, in-range) constant indices ``flat`` along ``axis``: one
+    slice per run of consecutive indices, joined by a concat."""
+    runs: list[tuple[int, int]] = []
+    for i in flat.tolist():
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    picked = [
+        imp.graph.slice(x, [lo], [hi], [axis], name=imp.op_name(f"{out}/take{j}"))
+        for j, (lo, hi) in enumerate(runs)
+    ]
+    return _concat_values(imp, picked, axis, imp.op_name(f"{out}/concat"))
+
+
 def emit_gather(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """Gather with constant indices: slices of the data (+ a concat for scattered indices);
     with run-time indices into a table, the embedding lookup ``gather``."""
@@ -202,18 +218,7 @@ def emit_gather(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     if np.any(flat < -extent) or np.any(flat >= extent):
         raise GraphError(f"indices {flat.tolist()} out of range for axis {axis} ({extent})")
     flat = np.where(flat < 0, flat + extent, flat)
-    # runs of consecutive indices -> one slice each
-    runs: list[tuple[int, int]] = []
-    for i in flat.tolist():
-        if runs and runs[-1][1] == i:
-            runs[-1] = (runs[-1][0], i + 1)
-        else:
-            runs.append((i, i + 1))
-    picked = [
-        g.slice(x, [lo], [hi], [axis], name=imp.op_name(f"{out}/take{j}"))
-        for j, (lo, hi) in enumerate(runs)
-    ]
-    y = _concat_values(imp, picked, axis, imp.op_name(f"{out}/concat"))
+    y = take_indices(imp, x, flat, axis, out)
     shape = [*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]]
     return g.view(y, shape or [1], name=imp.op_name(out))
 

@@ -37,7 +37,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import Value
 from ipu_stack.graph.onnx_ops import Emitter, _int, _required_constant
 from ipu_stack.graph.onnx_ops_exported import EMITTERS as EXPORTED
-from ipu_stack.graph.onnx_ops_exported import _concat_values
+from ipu_stack.graph.onnx_ops_exported import take_indices
 from ipu_stack.graph.onnx_patterns import GemmFusion, OnnxIndex
 
 if TYPE_CHECKING:
@@ -245,15 +245,7 @@ def emit_gather_nd(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
                              f"{list(extents)} of data {data.shape}")  # fmt: skip
         index = np.where(index < 0, index + limit, index)
         flat = (batch_offset + (index * np.array(strides[batch:])).sum(axis=-1)).reshape(-1)
-        runs: list[tuple[int, int]] = []
-        for i in flat.tolist():
-            if runs and runs[-1][1] == i:
-                runs[-1] = (runs[-1][0], i + 1)
-            else:
-                runs.append((i, i + 1))
-        picked = [g.slice(table, [lo], [hi], [0], name=imp.op_name(f"{out}/take{j}"))
-                  for j, (lo, hi) in enumerate(runs)]  # fmt: skip
-        joined = _concat_values(imp, picked, 0, imp.op_name(f"{out}/concat"))
+        joined = take_indices(imp, table, flat, 0, out)
         return g.view(joined, result_shape, name=imp.op_name(out))
     if table.dtype not in ("f16", "f32"):
         raise GraphError(f"run-time indices into {table.dtype} data are not supported (the row "
