@@ -179,41 +179,36 @@ def _bert_shape(size: str) -> tuple[int, int]:
     return {"full": (1, 128), "variant": (2, 7)}.get(size, (1, 8))
 
 
-def bert_ids(size: str, rng: np.random.Generator) -> Sample:
+def _bert_sample(size: str, rng: np.random.Generator, embeds: bool) -> Sample:
+    """BERT fed token ids or embeddings (``inputs_embeds``), with a run-time padding mask."""
     cfg, model = _bert(size)
     batch, seq = _bert_shape(size)
     torch = _torch()
+    key = "inputs_embeds" if embeds else "input_ids"
 
     class Wrapped(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.inner = model
 
-        def forward(self, input_ids: object, attention_mask: object) -> object:
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        def forward(self, first: object, attention_mask: object) -> object:
+            out = self.inner(**{key: first}, attention_mask=attention_mask)
+            return out.last_hidden_state
 
-    ids = rng.integers(0, cfg.vocab_size, (batch, seq), dtype=np.int64)
-    return Sample(Wrapped(), {"input_ids": ids, "attention_mask": _mask(rng, seq, batch)},
+    if embeds:
+        first = _floats(rng, batch, seq, cfg.hidden_size)
+    else:
+        first = rng.integers(0, cfg.vocab_size, (batch, seq), dtype=np.int64)
+    return Sample(Wrapped(), {key: first, "attention_mask": _mask(rng, seq, batch)},
                   ("last_hidden_state",))  # fmt: skip
+
+
+def bert_ids(size: str, rng: np.random.Generator) -> Sample:
+    return _bert_sample(size, rng, embeds=False)
 
 
 def bert_embeds(size: str, rng: np.random.Generator) -> Sample:
-    cfg, model = _bert(size)
-    batch, seq = _bert_shape(size)
-    torch = _torch()
-
-    class Wrapped(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = model
-
-        def forward(self, inputs_embeds: object, attention_mask: object) -> object:
-            out = self.inner(inputs_embeds=inputs_embeds, attention_mask=attention_mask)
-            return out.last_hidden_state
-
-    x = _floats(rng, batch, seq, cfg.hidden_size)
-    return Sample(Wrapped(), {"inputs_embeds": x, "attention_mask": _mask(rng, seq, batch)},
-                  ("last_hidden_state",))  # fmt: skip
+    return _bert_sample(size, rng, embeds=True)
 
 
 def _gpt2(size: str):  # type: ignore[no-untyped-def]
