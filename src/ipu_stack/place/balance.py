@@ -102,13 +102,17 @@ def tile_offsets(
     return offsets, load
 
 
-def resident_bytes(program: LowProgram) -> np.ndarray:
+def resident_bytes(program: LowProgram, region: Region | None = None) -> np.ndarray:
     """Per logical tile, the bytes of the buffers the host writes before the run (all live
-    from step 0: weights, distributed chunks, host inputs)."""
+    from step 0: weights, distributed chunks, host inputs); only those of ``region`` if given."""
     out = np.zeros(max(program.tile_count, 1), dtype=np.int64)
-    tiles = [b.tile for b in program.buffers if b.host_written]
-    sizes = [b.size for b in program.buffers if b.host_written]
-    if tiles:
+    chosen = [
+        (b.tile, b.size)
+        for b in program.buffers
+        if b.host_written and (region is None or b.region == region.value)
+    ]
+    if chosen:
+        tiles, sizes = zip(*chosen, strict=True)
         np.add.at(out, np.asarray(tiles), np.asarray(sizes, dtype=np.int64))
     return out
 
@@ -123,14 +127,7 @@ def check_resident(program: LowProgram, finalist: int) -> dict[str, int]:
         PlanError: naming the finalist, the tile, its resident bytes and the shortfall.
     """
     total = resident_bytes(program)
-    interleaved = np.zeros_like(total)
-    rows = [
-        (b.tile, b.size)
-        for b in program.buffers
-        if b.host_written and b.region == Region.INTERLEAVED.value
-    ]
-    if rows:
-        np.add.at(interleaved, np.asarray([r[0] for r in rows]), np.asarray([r[1] for r in rows]))
+    interleaved = resident_bytes(program, Region.INTERLEAVED)
     for region, need, cap in (
         ("interleaved", interleaved, usable_bytes(Region.INTERLEAVED)),
         ("data", total, usable_bytes(Region.ANY)),
