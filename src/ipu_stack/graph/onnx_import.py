@@ -125,6 +125,7 @@ def import_onnx(
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     constants: Mapping[str, np.ndarray] | None = None,
     roll_layers: bool = True,
+    validate: bool = True,
 ) -> tuple[ComputeGraph, OnnxBindings]:
     """Import an ONNX model as a ComputeGraph.
 
@@ -135,6 +136,8 @@ def import_onnx(
             a Reshape), by name.
         roll_layers: roll consecutive identical layers into one ``repeat``
             (``graph/layer_rolling.py``; a ``rolled N layers ...`` line in ``fusions``).
+        validate: run :func:`~ipu_stack.graph.onnx_validate.validate_onnx` first (False only
+            for a model the caller has just validated itself).
 
     Returns:
         The graph (outputs set) and its ``OnnxBindings``.
@@ -144,7 +147,8 @@ def import_onnx(
             ipu-stack does not support; the message names the node and its op type.
     """
     proto = _load(model)
-    validate_onnx(proto, model, input_shapes)  # checker rules + ours, before anything else
+    if validate:
+        validate_onnx(proto, model, input_shapes)  # checker rules + ours, before anything else
     graph, bindings = Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
     return rolled(graph, bindings) if roll_layers else (graph, bindings)
 

@@ -33,8 +33,6 @@ from ipu_stack.errors import GraphError
 #: Lowest default-domain opset accepted (ONNX's first).
 MIN_OPSET = 1
 _KNOWN_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != 0)
-#: Protobuf's limit: larger models are checked by path (external data).
-_PROTO_LIMIT = 2**31 - 1
 
 
 def newest_opset() -> int:
@@ -75,35 +73,53 @@ def validate_onnx(
     _check_opset(proto, name)
     _check_names(proto, name)
     _check_dims(proto, name)
+    light = _light_for_checking(proto, name)
     try:
-        if proto.ByteSize() < _PROTO_LIMIT or path is None:
-            onnx.checker.check_model(_shapes_for_checker(proto))
-        else:
-            onnx.checker.check_model(path)
+        onnx.checker.check_model(_shapes_marked(light))
     except (onnx.checker.ValidationError, ValueError) as err:
         line = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), repr(err))
         raise GraphError(f"{name} fails the ONNX checker: {line}") from None
     if input_shapes:
         _check_input_shapes(proto, input_shapes, name)
-    if proto.ByteSize() < _PROTO_LIMIT:
-        try:
-            onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
-        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError,
-                ValueError, TypeError) as err:  # fmt: skip
-            line = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), repr(err))
-            raise GraphError(f"{name} fails ONNX shape and type inference: {line}") from None
+    try:
+        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError,
+            ValueError, TypeError) as err:  # fmt: skip
+        line = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), repr(err))
+        raise GraphError(f"{name} fails ONNX shape and type inference: {line}") from None
 
 
-def _shapes_for_checker(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The model, with an unknown-rank marker where a graph input/output has no shape.
+def _light_for_checking(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """The model as the onnx checker and shape inference see it: without the bytes of its
+    weights, which they only serialize (seconds for a model of 100 MB; impossible past
+    protobuf's 2 GB).
 
-    ONNX allows a tensor type without a shape (rank unknown) and onnxruntime runs such
-    models, but ``check_model`` requires the field on graph inputs and outputs. The copy marks
-    the field present (for the check only: ``check_model`` does not infer shapes); it is made
-    only when needed. External tensors that the loader resolved to absolute paths (their files
-    already checked by ``graph/onnx_external.py``; the checker wants relative locations and
-    reads the files) become graph inputs of their type and shape in the copy.
+    An initializer of more than :data:`LIGHT_BYTES` of ``raw_data`` (or external, resolved to
+    an absolute path by ``graph/onnx_external.py``, which checked its file) becomes a graph
+    input of its type and shape in the copy; its data is checked to fill its dims here (what
+    strict inference would check). Small initializers stay: shape tensors and other constants
+    that inference reads keep their values. The caller's model is not modified.
     """
+    heavy = [i for i, t in enumerate(proto.graph.initializer) if _heavy(t, name)]
+    if not heavy:
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    inputs = {info.name for info in copy.graph.input}
+    for i in sorted(heavy, reverse=True):
+        tensor = copy.graph.initializer[i]
+        if tensor.name not in inputs:
+            copy.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+            )
+        del copy.graph.initializer[i]
+    return copy
+
+
+def _shapes_marked(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` for ``check_model``: a graph input or output without a shape gets an
+    unknown-rank marker (ONNX allows it and onnxruntime runs it; ``check_model`` requires the
+    field; the marker would read as rank 0 to shape inference, which gets ``proto`` itself)."""
     graph = proto.graph
     missing = [
         (kind, i)
@@ -111,27 +127,50 @@ def _shapes_for_checker(proto: onnx.ModelProto) -> onnx.ModelProto:
         for i, info in enumerate(infos)
         if info.type.HasField("tensor_type") and not info.type.tensor_type.HasField("shape")
     ]
-    external = [
-        i
-        for i, t in enumerate(graph.initializer)
-        if t.data_location == onnx.TensorProto.EXTERNAL
-        and any(e.key == "location" and os.path.isabs(e.value) for e in t.external_data)
-    ]
-    if not missing and not external:
+    if not missing:
         return proto
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     for kind, i in missing:
         info = (copy.graph.input if kind == "input" else copy.graph.output)[i]
-        info.type.tensor_type.shape.SetInParent()  # present; rank irrelevant to check_model
-    for i in sorted(external, reverse=True):
-        tensor = copy.graph.initializer[i]
-        if not any(info.name == tensor.name for info in copy.graph.input):
-            copy.graph.input.append(
-                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
-            )
-        del copy.graph.initializer[i]
+        info.type.tensor_type.shape.SetInParent()
     return copy
+
+
+#: Initializers with more raw bytes than this are checked without their data (see above).
+LIGHT_BYTES = 4096
+
+
+def _heavy(tensor: onnx.TensorProto, name: str) -> bool:
+    """Whether ``tensor`` is checked without its data: external (resolved), or raw data of
+    more than :data:`LIGHT_BYTES`, which must then hold exactly its dims' elements."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return any(e.key == "location" and os.path.isabs(e.value) for e in tensor.external_data)
+    raw = len(tensor.raw_data)
+    if raw <= LIGHT_BYTES:
+        return False
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return False  # an unusual type: left to the checker with its data
+    if tensor.data_type in _SUB_BYTE:
+        return False
+    elements = 1
+    for d in tensor.dims:
+        elements *= d
+    if elements * itemsize != raw:
+        raise GraphError(
+            f"{name} fails ONNX shape and type inference: initializer {tensor.name!r} has "
+            f"{raw} bytes of data but its dims {list(tensor.dims)} need {elements * itemsize}"
+        )
+    return True
+
+
+_SUB_BYTE = frozenset(
+    getattr(onnx.TensorProto, t)
+    for t in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(onnx.TensorProto, t)
+)
 
 
 def _check_names(proto: onnx.ModelProto, name: str) -> None:

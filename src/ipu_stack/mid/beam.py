@@ -72,16 +72,15 @@ def conversion_cycles(fmt: TensorFormat) -> int:
     return ipu21.EXCHANGE_PHASE_OVERHEAD + words
 
 
-def _dominated(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return all(x >= y for x, y in zip(a, b, strict=True)) and a != b
-
-
 def pareto(branches: list[Branch]) -> list[Branch]:
+    """The branches no kept branch dominates or equals, in objective order (stable)."""
     keep: list[Branch] = []
-    for br in sorted(branches, key=Branch.objectives):
-        obj = br.objectives()
-        if not any(_dominated(obj, k.objectives()) or obj == k.objectives() for k in keep):
+    kept: list[tuple[int, ...]] = []
+    for obj, br in sorted(((br.objectives(), br) for br in branches), key=lambda t: t[0]):
+        # dominated by k, or equal to it: every objective at least k's
+        if not any(all(x >= y for x, y in zip(obj, k, strict=True)) for k in kept):
             keep.append(br)
+            kept.append(obj)
     return keep
 
 

@@ -199,6 +199,13 @@ MODE_CODES = {"resident": 0, "distributed": 1, "moved": 2}
 MODE_NAMES = {v: k for k, v in MODE_CODES.items()}
 
 
+#: Plans already ranked, by (problem, tiles, capacity scale): (limit asked, plans). A graph
+#: asks again for the same problem (Q/K/V, every loop body planned with its enclosing graph),
+#: and a shorter list is a prefix of a longer one (one total order).
+_RANKED: dict[tuple[GemmProblem, int, float], tuple[int, list[GemmPlan]]] = {}
+_RANKED_KEPT = 256
+
+
 def enumerate_plans(
     problem: GemmProblem, tiles: int, limit: int = 16, capacity_scale: float = 1.0
 ) -> list[GemmPlan]:
@@ -207,6 +214,20 @@ def enumerate_plans(
     Raises:
         PlanError: if no plan fits in tile memory, naming the smallest shortfall.
     """
+    key = (problem, tiles, capacity_scale)
+    hit = _RANKED.get(key)
+    if hit is not None and (hit[0] >= limit or len(hit[1]) < hit[0]):
+        return hit[1][:limit]
+    plans = _rank_plans(problem, tiles, limit, capacity_scale)
+    _RANKED[key] = (limit, plans)
+    while len(_RANKED) > _RANKED_KEPT:
+        del _RANKED[next(iter(_RANKED))]
+    return plans[:]
+
+
+def _rank_plans(
+    problem: GemmProblem, tiles: int, limit: int, capacity_scale: float
+) -> list[GemmPlan]:
     p = problem
     eb = p.precision.element_bytes
     out_eb = ipu21.precision(ipu21.GEMM_OUTPUT_PRECISION[p.precision.name]).element_bytes

@@ -22,20 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
-from ipu_stack.exchange.memo import ScheduleMemo, phase_key
-from ipu_stack.exchange.model import (
-    IPU21_MODEL,
-    ExchangePhase,
-    PhaseSchedule,
-    maximum_identical_destinations,
-)
-from ipu_stack.exchange.scheduler import exchange_row_words, optimize_phase
-from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.exchange.memo import ScheduleMemo
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
 from ipu_stack.kernels.toolchain import Toolchain
 from ipu_stack.low.lower import lower_program
-from ipu_stack.low.program import ComputeStep, ExchangeStep, GemmCall, LowProgram
+from ipu_stack.low.program import ComputeStep, GemmCall, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
 from ipu_stack.package.runtime_program import (
@@ -45,7 +38,8 @@ from ipu_stack.package.runtime_program import (
     support_overflow,
 )
 from ipu_stack.package.runtime_program import describe as describe_runtime
-from ipu_stack.place.assign import Placement, physical_phase, place_program
+from ipu_stack.package.schedule_program import schedule_program
+from ipu_stack.place.assign import Placement, place_program
 from ipu_stack.place.balance import check_resident, tile_offsets
 from ipu_stack.place.mapping import screen_mappings
 from ipu_stack.target.ipu21 import SYNC_CYCLES, TILES
@@ -53,8 +47,6 @@ from ipu_stack.tilecode.images import TileImages, build_tile_images, lower_excha
 from ipu_stack.tilecode.supervisor import link_runtime
 from ipu_stack.trace import Trace
 
-LARGE_PHASE_TRANSFERS = 1000
-EXCHANGE_TARGET_GAP = 0.01  # stop improving an exchange schedule within 1% of its bound
 CAPACITY_SCALES = (1.0, 0.85, 0.7)
 MAX_FINALIST_WORKERS = 4
 FINALIST_EXCHANGE_BUDGET = 0.2  # seconds per phase while comparing finalists
@@ -265,7 +257,13 @@ def _select_finalist(
             if kept is not None and finalist is kept.finalist:
                 best = kept  # evaluated in this process: only the schedules are redone
                 best.schedules = _schedule(
-                    best.program, best.placement, config.exchange_time_budget, trace, True, memo
+                    best.program,
+                    best.placement,
+                    config.exchange_time_budget,
+                    trace,
+                    True,
+                    memo,
+                    parallel=True,
                 )
             else:
                 best = _evaluate(
@@ -277,6 +275,7 @@ def _select_finalist(
                     True,
                     trace,
                     memo,
+                    parallel=True,
                 )
         except PlanError as err:
             error = err
@@ -367,6 +366,7 @@ def _evaluate(
     verify: bool = False,
     schedule_trace: Trace | None = None,
     memo: ScheduleMemo | None = None,
+    parallel: bool = False,
 ) -> Evaluated:
     """Lower, map, place and schedule one finalist; refined cycles use its schedules."""
     plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations if op.kind == "gemm"}
@@ -397,7 +397,9 @@ def _evaluate(
     )
     placement = place_program(program, mapping.physical)
     placement.mapped = mapping.mapped
-    schedules = _schedule(program, placement, exchange_budget, schedule_trace, verify, memo)
+    schedules = _schedule(
+        program, placement, exchange_budget, schedule_trace, verify, memo, parallel
+    )
     scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
     refined = analytical - analytical_exchange + scheduled
     trace.event(
@@ -419,58 +421,12 @@ def _schedule(
     trace: Trace | None,
     verify: bool = True,
     memo: ScheduleMemo | None = None,
+    parallel: bool = False,
 ) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
-    """Schedule and verify every exchange step of a placed program (logged when traced).
-
-    Phases that compile to a problem ``memo`` has seen reuse its report; a phase and schedule
-    the verifier has accepted before are not verified again.
-    """
-    memo = memo if memo is not None else ScheduleMemo()
-    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
-    for index, step in enumerate(program.steps):
-        if not isinstance(step, ExchangeStep):
-            continue
-        phase = physical_phase(step, placement)
-        large = trace is not None and len(phase.transfers) > LARGE_PHASE_TRANSFERS
-        if large:
-            assert trace is not None
-            trace.event(
-                "prepared large physical exchange phase",
-                phase=index,
-                transfers=len(phase.transfers),
-                maximum_identical_destinations=maximum_identical_destinations(phase),
-            )
-        # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
-        # Deterministic budgets only: the same build gives the same bytes on any machine, and
-        # a phase that compiles to a problem scheduled before gets the same report (the memo).
-        report = optimize_phase(
-            phase,
-            IPU21_MODEL,
-            time_budget=time_budget,
-            target_gap=EXCHANGE_TARGET_GAP,
-            wall_clock_guards=False,
-            memo=memo,
-        )
-        schedule = report.schedule
-        if verify:
-            # The same phase under the same options has the same schedule: verified once.
-            content = phase_key(phase, IPU21_MODEL, time_budget, EXCHANGE_TARGET_GAP)
-            if content not in memo.verified:
-                verify_schedule(phase, schedule)  # independent of the scheduler
-                memo.verified.add(content)
-        if large:
-            assert trace is not None
-            trace.event("optimized physical exchange schedule", phase=index, **report.log_fields())
-            tile, row_words = exchange_row_words(phase, schedule)
-            trace.event(
-                "finished large physical exchange phase",
-                phase=index,
-                tile=tile,
-                row_words=row_words,
-                horizon=schedule.horizon,
-            )
-        schedules[index] = (phase, schedule)
-    return schedules
+    """Schedule and verify every exchange step of a placed program (logged when traced); see
+    :func:`~ipu_stack.package.schedule_program.schedule_program` (``parallel`` only where no
+    other finalist is being evaluated at the same time)."""
+    return schedule_program(program, placement, time_budget, trace, verify, memo, parallel)
 
 
 def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:

@@ -179,7 +179,8 @@ def _compile(args: argparse.Namespace) -> int:
     trace = ProgressTrace() if enabled() and not args.json else Trace()
     shapes = dict(args.input_shape)
     proto = _load_onnx(args.model, args.precision, shapes)
-    graph, onnx_bindings = import_onnx(proto, input_shapes=shapes)
+    # validated by _load_onnx as read; a precision-converted copy is validated again
+    graph, onnx_bindings = import_onnx(proto, input_shapes=shapes, validate=bool(args.precision))
     graph = quantize_bindings(graph, onnx_bindings, args.weight_precision)
     config = BuildConfig(tiles=args.tiles)
     if args.finalists is not None:

@@ -1,0 +1,171 @@
+"""Every exchange phase of a placed program, scheduled and verified, in parallel processes.
+
+The phases of a program are independent problems once the program is placed, and
+``optimize_phase`` is deterministic on deterministic budgets: a phase gets the same schedule
+in whichever process schedules it, so the phases are shared between this process and forked
+workers (where fork is available) without changing a byte of the result. Phases that look
+alike (same transfer and word counts: the Q/K/V projections, a GEMM's row blocks, a rolled
+loop's iterations) go to the same process, so its memo (``exchange/memo.py``) still
+schedules each distinct problem once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from ipu_stack.exchange.memo import ScheduleMemo, phase_key
+from ipu_stack.exchange.model import (
+    IPU21_MODEL,
+    ExchangePhase,
+    PhaseSchedule,
+    maximum_identical_destinations,
+)
+from ipu_stack.exchange.scheduler import exchange_row_words, optimize_phase
+from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.low.program import ExchangeStep, LowProgram
+from ipu_stack.place.assign import Placement, physical_phase
+from ipu_stack.trace import Trace
+
+LARGE_PHASE_TRANSFERS = 1000
+EXCHANGE_TARGET_GAP = 0.01  # stop improving an exchange schedule within 1% of its bound
+#: Below this many transfers in all, a program is scheduled in this process alone (a worker's
+#: start costs more than it saves).
+PARALLEL_TRANSFERS = 20_000
+MAX_SCHEDULE_WORKERS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    phases: dict[int, ExchangePhase]
+    time_budget: float
+    verify: bool
+    logged: bool
+
+
+_JOB: tuple[_Job, ScheduleMemo, list[list[int]]] | None = None
+_Result = dict[int, tuple[PhaseSchedule, dict[str, object] | None]]
+
+
+def schedule_program(
+    program: LowProgram,
+    placement: Placement,
+    time_budget: float,
+    trace: Trace | None,
+    verify: bool = True,
+    memo: ScheduleMemo | None = None,
+    parallel: bool = True,
+) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
+    """Schedule (and with ``verify``, verify) every exchange step of a placed program; large
+    phases are logged to ``trace`` in program order.
+
+    Phases that compile to a problem ``memo`` has seen reuse its report; a phase and schedule
+    the verifier has accepted before are not verified again. With ``parallel``, large programs
+    share their phases with forked workers (the same schedules; workers' memo entries stay in
+    the workers).
+    """
+    memo = memo if memo is not None else ScheduleMemo()
+    phases = {
+        index: physical_phase(step, placement)
+        for index, step in enumerate(program.steps)
+        if isinstance(step, ExchangeStep)
+    }
+    job = _Job(phases, time_budget, verify, trace is not None)
+    parts = _partition(phases, _workers(phases) + 1 if parallel else 1)
+    results = _run(job, memo, parts)
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
+    for index, phase in phases.items():
+        schedule, fields = results[index]
+        if fields is not None and trace is not None:
+            trace.event(
+                "prepared large physical exchange phase",
+                phase=index,
+                transfers=len(phase.transfers),
+                maximum_identical_destinations=maximum_identical_destinations(phase),
+            )
+            trace.event("optimized physical exchange schedule", phase=index, **fields)
+            tile, row_words = exchange_row_words(phase, schedule)
+            trace.event(
+                "finished large physical exchange phase",
+                phase=index,
+                tile=tile,
+                row_words=row_words,
+                horizon=schedule.horizon,
+            )
+        schedules[index] = (phase, schedule)
+    return schedules
+
+
+def _workers(phases: dict[int, ExchangePhase]) -> int:
+    if "fork" not in mp.get_all_start_methods():
+        return 0
+    if sum(len(p.transfers) for p in phases.values()) < PARALLEL_TRANSFERS:
+        return 0
+    return max(0, min((os.cpu_count() or 1) - 1, MAX_SCHEDULE_WORKERS, len(phases) - 1))
+
+
+def _partition(phases: dict[int, ExchangePhase], count: int) -> list[list[int]]:
+    """Phase indices for ``count`` processes: alike phases together, the heaviest groups first
+    to the least loaded process (transfers as the load)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, phase in phases.items():
+        words = sum(t.words for t in phase.transfers)
+        groups.setdefault((len(phase.transfers), words), []).append(index)
+    parts: list[list[int]] = [[] for _ in range(max(1, count))]
+    loads = [0] * len(parts)
+    for (transfers, _), members in sorted(groups.items(), key=lambda g: (-g[0][0], g[0][1])):
+        k = loads.index(min(loads))
+        parts[k].extend(members)
+        loads[k] += transfers
+    return [sorted(p) for p in parts if p] or [[]]
+
+
+def _run(job: _Job, memo: ScheduleMemo, parts: list[list[int]]) -> _Result:
+    global _JOB
+    if len(parts) == 1:
+        return _schedule_part(job, memo, parts[0])
+    _JOB = (job, memo, parts)
+    try:
+        with ProcessPoolExecutor(len(parts) - 1, mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_child, k) for k in range(1, len(parts))]
+            results = _schedule_part(job, memo, parts[0])
+            for future in futures:
+                results.update(future.result())
+    finally:
+        _JOB = None
+    return results
+
+
+def _child(k: int) -> _Result:
+    assert _JOB is not None
+    job, memo, parts = _JOB
+    return _schedule_part(job, memo, parts[k])
+
+
+def _schedule_part(job: _Job, memo: ScheduleMemo, indices: list[int]) -> _Result:
+    out: _Result = {}
+    for index in indices:
+        phase = job.phases[index]
+        # Greedy, then CP-SAT LNS until within EXCHANGE_TARGET_GAP of the strongest bound.
+        # Deterministic budgets only: the same build gives the same bytes on any machine, and
+        # a phase that compiles to a problem scheduled before gets the same report (the memo).
+        report = optimize_phase(
+            phase,
+            IPU21_MODEL,
+            time_budget=job.time_budget,
+            target_gap=EXCHANGE_TARGET_GAP,
+            wall_clock_guards=False,
+            memo=memo,
+        )
+        schedule = report.schedule
+        if job.verify:
+            # The same phase under the same options has the same schedule: verified once.
+            content = phase_key(phase, IPU21_MODEL, job.time_budget, EXCHANGE_TARGET_GAP)
+            if content not in memo.verified:
+                verify_schedule(phase, schedule)  # independent of the scheduler
+                memo.verified.add(content)
+        large = job.logged and len(phase.transfers) > LARGE_PHASE_TRANSFERS
+        out[index] = (schedule, report.log_fields() if large else None)
+    return out
