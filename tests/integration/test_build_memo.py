@@ -29,3 +29,25 @@ def test_rescheduling_a_program_with_the_same_memo_reuses_every_report(small_bui
     # A different budget is a different question: scheduled afresh.
     build_module._schedule(built.program, built.placement, 0.2, None, False, memo)
     assert len(calls) == 2 * made
+
+
+def test_phases_scheduled_in_worker_processes_are_the_same(monkeypatch):
+    import ipu_stack.package.schedule_program as schedule_module
+    from ipu_stack.graph import ComputeGraph
+    from ipu_stack.package.build import BuildConfig, build
+
+    g = ComputeGraph()
+    x = g.host_input("x", (64, 96), "f16")
+    h = g.gelu(g.gemm(x, g.parameter("w1", (96, 160), "f16")))
+    g.set_outputs(g.gemm(h, g.parameter("w2", (160, 96), "f16")))
+    built = build(g, BuildConfig(tiles=64, finalists=1, exchange_time_budget=0.0))
+    alone = schedule_module.schedule_program(built.program, built.placement, 0.1, None)
+    phases = {i: p for i, (p, _) in alone.items()}
+    monkeypatch.setattr(schedule_module, "PARALLEL_TRANSFERS", 0)
+    monkeypatch.setattr(schedule_module.os, "cpu_count", lambda: 3)
+    assert len(schedule_module._partition(phases, schedule_module._workers(phases) + 1)) > 1
+    shared = schedule_module.schedule_program(built.program, built.placement, 0.1, None)
+    assert shared.keys() == alone.keys()
+    for index, (phase, schedule) in alone.items():
+        assert shared[index][0] == phase
+        assert shared[index][1] == schedule
