@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import pairwise
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ipu_stack.errors import GraphError
 from ipu_stack.low.gather import GatherRequest, ShardIndex, gather
+from ipu_stack.low.gather_arrays import RequestArrays, overlaps
 from ipu_stack.low.program import CopyCall, LogicalTransfer, Ref, Shard
 
 
@@ -151,3 +153,21 @@ def test_uncovered_request_names_rows_and_cols():
     shards = [Shard(0, Ref("v"), (0, 2), (0, 4), 16)]
     with pytest.raises(GraphError, match=r"rows \(0, 3\) cols \(0, 4\) are not all produced"):
         gather([GatherRequest(1, Ref("a"), 16, (0, 3), (0, 4))], ShardIndex(shards), 4, "op")
+
+
+_box = st.tuples(st.integers(0, 20), st.integers(1, 8), st.integers(0, 20), st.integers(1, 8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_box, max_size=12), st.lists(_box, max_size=12))
+def test_overlaps_match_all_pairs(shard_boxes, request_boxes):
+    box = np.array([(r, r + h, c, c + w) for r, h, c, w in shard_boxes], np.int64).reshape(-1, 4)
+    reqs = [GatherRequest(0, Ref("a"), 8, (r, r + h), (c, c + w)) for r, h, c, w in request_boxes]
+    want = [
+        (j, i)
+        for j, q in enumerate(reqs)
+        for i, b in enumerate(box.tolist())
+        if b[0] < q.rows[1] and q.rows[0] < b[1] and b[2] < q.cols[1] and q.cols[0] < b[3]
+    ]
+    j, i = overlaps(RequestArrays.of(reqs), box)
+    assert list(zip(j.tolist(), i.tolist(), strict=True)) == want

@@ -66,22 +66,44 @@ def _refs(buffers: list[str], offsets: list[int]) -> list[Ref]:
 
 
 def overlaps(req: RequestArrays, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All (request j, shard i) pairs whose row and column ranges overlap, ordered by j then i."""
+    """All (request j, shard i) pairs whose row and column ranges overlap, ordered by j then i.
+
+    Shards sorted by first row: those starting before a request's end row are a prefix, and
+    those before the first position where the running maximum of end rows passes the
+    request's first row cannot overlap it; only the window between is compared.
+    """
     n, s = len(req), box.shape[0]
     if n == 0 or s == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    step = max(1, _PAIR_BLOCK // s)
+    order = np.argsort(box[:, 0], kind="stable")
+    starts = box[order, 0]
+    reach = np.maximum.accumulate(box[order, 1])
+    lo = np.searchsorted(reach, req.r0, side="right")
+    hi = np.searchsorted(starts, req.r1, side="left")
+    width = np.maximum(hi - lo, 0)
+    ends = np.cumsum(width)
     js, is_ = [], []
-    b0, b1, b2, b3 = box[:, 0], box[:, 1], box[:, 2], box[:, 3]
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        r0, r1 = req.r0[lo:hi, None], req.r1[lo:hi, None]
-        c0, c1 = req.c0[lo:hi, None], req.c1[lo:hi, None]
-        mask = (b0 < r1) & (r0 < b1) & (b2 < c1) & (c0 < b3)
-        j, i = np.nonzero(mask)
-        js.append(j + lo)
-        is_.append(i)
-    return np.concatenate(js).astype(np.int64), np.concatenate(is_).astype(np.int64)
+    first = 0
+    while first < n:  # blocks of requests with at most _PAIR_BLOCK candidates
+        base = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, base + _PAIR_BLOCK, side="right")))
+        last = min(last, n)
+        cnt = width[first:last]
+        j = np.repeat(np.arange(first, last), cnt)
+        k = np.arange(j.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        i = order[lo[j] + k]
+        keep = (
+            (box[i, 0] < req.r1[j])
+            & (req.r0[j] < box[i, 1])
+            & (box[i, 2] < req.c1[j])
+            & (req.c0[j] < box[i, 3])
+        )
+        js.append(j[keep])
+        is_.append(i[keep])
+        first = last
+    j, i = np.concatenate(js), np.concatenate(is_)
+    o = np.lexsort((i, j))
+    return j[o].astype(np.int64), i[o].astype(np.int64)
 
 
 def _check(

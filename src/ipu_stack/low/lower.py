@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -93,6 +96,32 @@ def lower_program(
     Returns:
         The program over logical tiles, with host bindings for inputs, parameters, outputs.
     """
+    with _collector_paused():
+        return _lower_program(graph, plans, tile_count, row_tiles, tile_offsets, bodies)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while lowering builds its ~10^6 small objects
+    (none of them in reference cycles): each collection would walk every live object, and
+    the young generation fills every 700 allocations (half the lowering time on large models)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _lower_program(
+    graph: ComputeGraph,
+    plans: dict[int, GemmPlan],
+    tile_count: int,
+    row_tiles: dict[str, int] | None,
+    tile_offsets: dict[str, int] | None,
+    bodies: dict[str, Any] | None,
+) -> LowProgram:
     graph.verify()
     builder = ProgramBuilder()
     host_shards: dict[int, list[Shard]] = defaultdict(list)
