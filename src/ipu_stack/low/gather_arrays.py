@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ipu_stack.errors import GraphError
-from ipu_stack.low.program import CopyCall, KernelCall, LogicalTransfer, Ref
+from ipu_stack.low.makers import make_copy, make_transfer
+from ipu_stack.low.program import KernelCall, LogicalTransfer, Ref
 from ipu_stack.target.ipu21 import WORD_BYTES
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def _copies(
     buffers: np.ndarray = index.buffers
     dst_refs = _refs(req.buffer[pj].tolist(), dst.tolist())
     src_refs = _refs(buffers[pi].tolist(), src.tolist())
-    return list(map(CopyCall, req.tile[pj].tolist(), dst_refs, src_refs, size.tolist()))
+    return list(map(make_copy, req.tile[pj].tolist(), dst_refs, src_refs, size.tolist()))
 
 
 def _multicasts(
@@ -254,7 +255,7 @@ def _multicasts(
     words = (size[heads] // 4).tolist()
     return list(
         map(
-            LogicalTransfer,
+            make_transfer,
             src_tile[heads].tolist(),
             srcs,
             [tuple(dests[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)],

@@ -16,6 +16,7 @@ from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.lower_gemm import lower_gemm
 from ipu_stack.low.lower_indexing import INDEXING_LOWERINGS
 from ipu_stack.low.lower_ops import LOWERINGS, OpLowering
+from ipu_stack.low.makers import make_buffer
 from ipu_stack.low.program import (
     Binding,
     KernelCall,
@@ -157,13 +158,14 @@ def _lower_program(
     buffers = []
     for key, buf in builder.buffers.items():
         if key in host_read or key in host_written:
-            from dataclasses import replace
-
-            buf = replace(
-                buf,
-                host_read=buf.host_read or key in host_read,
-                host_written=buf.host_written or key in host_written,
+            written, read = (
+                buf.host_written or key in host_written,
+                buf.host_read or key in host_read,
             )
+            buf = make_buffer(
+                buf.tile, buf.name, buf.size, buf.alignment, buf.region, buf.exclusive_element,
+                buf.avoid, written, read,
+            )  # fmt: skip
         buffers.append(buf)
     used = max((b.tile for b in buffers), default=-1) + 1
     if used > tile_count:  # pragma: no cover - the planner never exceeds the budget
