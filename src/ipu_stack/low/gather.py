@@ -5,17 +5,19 @@ placed on ``tile`` at ``ref``, one storage row every ``stride`` bytes. The reque
 against the value's shards; pieces on the same tile become local copies, the others logical
 transfers (identical source runs wanted by several tiles become one multicast). Parameters are
 never gathered: the host writes them wherever they are wanted (see :func:`host_fill`).
+
+The cut is interval arithmetic on NumPy arrays (:mod:`ipu_stack.low.gather_arrays`): every
+(request, shard) overlap at once, expanded into row runs, grouped by source run for the
+multicasts; only the resulting calls and transfers are Python objects.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
-from ipu_stack.errors import GraphError
-from ipu_stack.low.program import CopyCall, KernelCall, LogicalTransfer, Ref, Shard
+from ipu_stack.low.program import KernelCall, LogicalTransfer, Ref, Shard
 from ipu_stack.target.ipu21 import WORD_BYTES
 
 
@@ -33,11 +35,24 @@ def _word_up(nbytes: int) -> int:
 
 
 class ShardIndex:
-    """The shards of one value as arrays, for vectorised intersection."""
+    """The shards of one value as arrays, for vectorised intersection.
+
+    ``box`` holds (row start, row end, column start, column end) per shard; ``fields`` holds
+    (tile, byte offset, row stride, transposed), ``buffers`` the buffer names and
+    ``buffer_ids`` a number per distinct name.
+    """
 
     def __init__(self, shards: list[Shard]) -> None:
         self.shards = shards
-        self.box = np.array([(*sh.rows, *sh.cols) for sh in shards], dtype=np.int64).reshape(-1, 4)
+        rows = [(*sh.rows, *sh.cols, sh.tile, sh.ref.offset, sh.row_stride, sh.transposed)
+                for sh in shards]  # fmt: skip
+        table = np.array(rows, dtype=np.int64).reshape(-1, 8)
+        self.box = table[:, :4]
+        self.fields = table[:, 4:]
+        names = [sh.ref.buffer for sh in shards]
+        self.buffers = np.array(names, dtype=object)
+        ids: dict[str, int] = {}
+        self.buffer_ids = np.array([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64)
 
     def hits(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
         b = self.box
@@ -51,73 +66,18 @@ def gather(
 ) -> tuple[list[KernelCall], list[LogicalTransfer]]:
     """Local copies and transfers that satisfy ``requests`` from the shards in ``index``.
 
+    Copies come in request order (then shard order, then row order); transfers are grouped by
+    source run in order of first use, a destination tile at most once per multicast (repeated
+    wants of one source go in later sends).
+
     Raises:
         GraphError: if a piece would start inside a 32-bit word (e.g. an F16 slice at an odd
-            column), which the word-wide exchange cannot express.
+            column), which the word-wide exchange cannot express; if a shard is stored
+            transposed; if a request is not covered by the shards.
     """
-    copies: list[KernelCall] = []
-    by_source: dict[tuple[int, str, int, int], list[tuple[int, Ref]]] = defaultdict(list)
-    for req in requests:
-        covered = 0
-        for i in index.hits(req.rows, req.cols):
-            sh = index.shards[int(i)]
-            if sh.transposed:
-                raise GraphError(
-                    f"{what}: a value stored transposed cannot be gathered on chip yet"
-                )
-            rlo, rhi = max(sh.rows[0], req.rows[0]), min(sh.rows[1], req.rows[1])
-            clo, chi = max(sh.cols[0], req.cols[0]), min(sh.cols[1], req.cols[1])
-            covered += (rhi - rlo) * (chi - clo)
-            src_off = (clo - sh.cols[0]) * eb
-            dst_off = (clo - req.cols[0]) * eb
-            if src_off % WORD_BYTES or dst_off % WORD_BYTES:
-                raise GraphError(
-                    f"{what}: columns {clo}..{chi} start inside a 32-bit word "
-                    "(odd F16 column offset), which exchange cannot move"
-                )
-            row_bytes = (chi - clo) * eb
-            src_buffer, dst_buffer = sh.ref.buffer, req.ref.buffer
-            src_base = sh.ref.offset + src_off - sh.rows[0] * sh.row_stride
-            dst_base = req.ref.offset + dst_off - req.rows[0] * req.stride
-            if row_bytes == sh.row_stride == req.stride:  # one contiguous run
-                nbytes = _word_up((rhi - rlo) * row_bytes)
-                rows = range(rlo, rlo + 1)
-            else:  # one run per row
-                nbytes = _word_up(row_bytes)
-                rows = range(rlo, rhi)
-            src_stride, dst_stride = sh.row_stride, req.stride
-            if sh.tile == req.tile:
-                copies.extend(
-                    CopyCall(
-                        req.tile,
-                        Ref(dst_buffer, dst_base + r * dst_stride),
-                        Ref(src_buffer, src_base + r * src_stride),
-                        nbytes,
-                    )
-                    for r in rows
-                )
-            else:
-                source = sh.tile
-                for r in rows:
-                    by_source[(source, src_buffer, src_base + r * src_stride, nbytes)].append(
-                        (req.tile, Ref(dst_buffer, dst_base + r * dst_stride))
-                    )
-        need = (req.rows[1] - req.rows[0]) * (req.cols[1] - req.cols[0])
-        if covered != need:
-            raise GraphError(f"{what}: rows {req.rows} cols {req.cols} are not all produced")
-    transfers = []
-    for (tile, buf, off, nbytes), dests in by_source.items():
-        # A tile appears once per multicast; repeated wants of one source go in later sends.
-        while dests:
-            seen: set[int] = set()
-            now: list[tuple[int, Ref]] = []
-            later: list[tuple[int, Ref]] = []
-            for d in dests:
-                (later if d[0] in seen else now).append(d)
-                seen.add(d[0])
-            transfers.append(LogicalTransfer(tile, Ref(buf, off), tuple(now), nbytes // 4))
-            dests = later
-    return copies, transfers
+    from ipu_stack.low.gather_arrays import RequestArrays, gather_arrays
+
+    return gather_arrays(RequestArrays.of(requests), index, eb, what)
 
 
 def host_fill(req: GatherRequest) -> Shard:

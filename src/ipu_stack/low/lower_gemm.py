@@ -21,12 +21,11 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp
 from ipu_stack.low.gather import GatherRequest, ShardIndex, gather
+from ipu_stack.low.makers import make_add, make_buffer, make_gemm, make_shard, make_transfer
 from ipu_stack.low.program import (
-    AddCall,
     Buffer,
     CopyCall,
     FillCall,
-    GemmCall,
     KernelCall,
     LogicalTransfer,
     ProgramBuilder,
@@ -91,8 +90,10 @@ def _block_shard(block: _Block, row_lo: int, row_hi: int, eb: int) -> Shard | No
     base = block.row_base
     if block.transposed:  # storage rows are value columns
         vrows = (base + block.kcols[0], base + block.kcols[1])
-        return Shard(block.tile, ref, vrows, rows, row_stride, True)
-    return Shard(block.tile, ref, (base + rows[0], base + rows[1]), block.kcols, row_stride)
+        return make_shard(block.tile, ref, vrows, rows, row_stride, True)
+    return make_shard(
+        block.tile, ref, (base + rows[0], base + rows[1]), block.kcols, row_stride, False
+    )
 
 
 def lower_gemm(
@@ -133,6 +134,7 @@ def lower_gemm(
     kmicro, cmicro = precision.k_micro, precision.c_micro
     pb, pr, pc, pk = plan.batch_parts, plan.row_parts, plan.col_parts, plan.k_parts
     name = op.name
+    out_name = f"{name}.out"
     kernels_by_step: dict[int, list[KernelCall]] = defaultdict(list)
     copies_by_step: dict[int, list[KernelCall]] = defaultdict(list)
     blocks: dict[int, dict[tuple, list[_Block]]] = defaultdict(lambda: defaultdict(list))
@@ -162,14 +164,9 @@ def lower_gemm(
                     rslots = list(dict.fromkeys(int(rmap[b]) for b in range(b0, b1)))
                     out_stride = rows * cpad * out_eb
                     out_ref = builder.buffer(
-                        Buffer(
-                            tile,
-                            f"{name}.out",
-                            _round_up((b1 - b0) * out_stride, ALIGN),
-                            ALIGN,
-                            "interleaved",
-                        )
-                    )
+                        make_buffer(tile, out_name, _round_up((b1 - b0) * out_stride, ALIGN),
+                                    ALIGN, "interleaved", False, (), False, False)
+                    )  # fmt: skip
                     operand_refs = {}
                     step_base: dict[tuple[str, int], int] = {}
                     for role, v, slots, mode, trans in (
@@ -185,7 +182,7 @@ def lower_gemm(
                         resident = mode == "resident"
                         size = sum(per_step) if resident else max(per_step)
                         operand_refs[role] = builder.buffer(
-                            Buffer(
+                            make_buffer(
                                 tile,
                                 f"{name}.{role}",
                                 _round_up(size, ALIGN),
@@ -193,8 +190,10 @@ def lower_gemm(
                                 "interleaved"
                                 if role == "right" and plan.weights == "interleaved"
                                 else "any",
-                                avoid=(f"{name}.out",) if role == "left" else (),
-                                host_written=resident,
+                                False,
+                                (out_name,) if role == "left" else (),
+                                resident,
+                                False,
                             )
                         )
                         base = 0
@@ -225,7 +224,7 @@ def lower_gemm(
                         for b in range(b0, b1):
                             lj, rj = lslots.index(int(lmap[b])), rslots.index(int(rmap[b]))
                             kernels_by_step[s].append(
-                                GemmCall(
+                                make_gemm(
                                     tile,
                                     out_ref.at((b - b0) * out_stride),
                                     operand_refs["left"].at(
@@ -249,12 +248,13 @@ def lower_gemm(
                     tile, out_ref, out_stride, b0, b1, rr, _ = group[0]
                     for b in range(b0, b1):
                         out_shards.append(
-                            Shard(
+                            make_shard(
                                 tile,
                                 out_ref.at((b - b0) * out_stride),
                                 (b * m + rr[0], b * m + rr[1]),
                                 (c0, c1),
                                 cpad * out_eb,
+                                False,
                             )
                         )
 
@@ -380,6 +380,7 @@ def _reduce(
     transfers: list[LogicalTransfer] = []
     adds: list[KernelCall] = []
     shards: list[Shard] = []
+    partials = f"{name}.partials"
     for group in groups:
         _tile0, _, out_stride, b0, b1, (r0, r1), (c0, cpad) = group[0]
         rows = r1 - r0
@@ -390,27 +391,21 @@ def _reduce(
             if hi <= lo:
                 continue
             slice_bytes = (hi - lo) * row_bytes
+            words = slice_bytes // 4
             others = [g for p, g in enumerate(group) if p != q]
             recv = builder.buffer(
-                Buffer(
-                    tile,
-                    f"{name}.partials",
-                    _round_up(len(others) * (b1 - b0) * slice_bytes, ALIGN),
-                    ALIGN,
-                    "any",
-                )
-            )
+                make_buffer(tile, partials, _round_up(len(others) * (b1 - b0) * slice_bytes, ALIGN),
+                            ALIGN, "any", False, (), False, False)
+            )  # fmt: skip
             for j in range(b1 - b0):
                 inputs = []
                 for p, other in enumerate(others):
                     dst = recv.at((p * (b1 - b0) + j) * slice_bytes)
                     src = other[1].at(j * out_stride + lo * row_bytes)
-                    transfers.append(
-                        LogicalTransfer(other[0], src, ((tile, dst),), slice_bytes // 4)
-                    )
+                    transfers.append(make_transfer(other[0], src, ((tile, dst),), words))
                     inputs.append(dst)
                 adds.append(
-                    AddCall(
+                    make_add(
                         tile,
                         out_ref.at(j * out_stride + lo * row_bytes),
                         tuple(inputs),
@@ -421,12 +416,13 @@ def _reduce(
             for j in range(b1 - b0):
                 b = b0 + j
                 shards.append(
-                    Shard(
+                    make_shard(
                         tile,
                         out_ref.at(j * out_stride + lo * row_bytes),
                         (b * m_rows + r0 + lo, b * m_rows + r0 + hi),
                         (c0, min(n, c0 + cpad)),
                         row_bytes,
+                        False,
                     )
                 )
     builder.exchange(f"{name} reduction", transfers)

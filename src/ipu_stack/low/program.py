@@ -21,7 +21,11 @@ class Ref(NamedTuple):
     offset: int = 0
 
     def at(self, delta: int) -> Ref:
-        return Ref(self.buffer, self.offset + delta)
+        """The position ``delta`` bytes further on in the same buffer."""
+        return _tuple_new(Ref, (self[0], self[1] + delta))
+
+
+_tuple_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
