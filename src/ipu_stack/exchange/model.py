@@ -404,8 +404,17 @@ class PhaseArrays:
         return np.diff(self.destination_starts)
 
 
+#: The phases most recently flattened, by identity (a phase is immutable, and is kept alive
+#: by its entry so its id cannot be reused): validation, compilation, the memo key and the
+#: code generator all flatten the phase being scheduled.
+_ARRAYS_CACHE: dict[int, tuple[ExchangePhase, PhaseArrays]] = {}
+_ARRAYS_CACHE_SIZE = 4
+
+
 def phase_arrays(phase: ExchangePhase) -> PhaseArrays:
     """Flatten a phase into arrays for vectorised bounds, scheduling and checking.
+
+    The arrays are read-only and shared by every caller flattening the same phase object.
 
     Args:
         phase: the phase (not validated here).
@@ -413,6 +422,28 @@ def phase_arrays(phase: ExchangePhase) -> PhaseArrays:
     Returns:
         The arrays; all ``int64`` except ``paired``.
     """
+    known = _ARRAYS_CACHE.get(id(phase))
+    if known is not None and known[0] is phase:
+        return known[1]
+    arrays = _flatten(phase)
+    for values in (
+        arrays.sources,
+        arrays.words,
+        arrays.destination_starts,
+        arrays.destination_tiles,
+        arrays.destination_transfers,
+        arrays.source_addresses,
+        arrays.destination_addresses,
+        arrays.paired,
+    ):
+        values.flags.writeable = False
+    if len(_ARRAYS_CACHE) >= _ARRAYS_CACHE_SIZE:
+        del _ARRAYS_CACHE[next(iter(_ARRAYS_CACHE))]
+    _ARRAYS_CACHE[id(phase)] = (phase, arrays)
+    return arrays
+
+
+def _flatten(phase: ExchangePhase) -> PhaseArrays:
     transfers = phase.transfers
     count = len(transfers)
     sources = np.fromiter((t.source for t in transfers), dtype=np.int64, count=count)
@@ -477,11 +508,17 @@ def maximum_identical_destinations(phase: ExchangePhase) -> int:
     Returns:
         The largest count; 0 for an empty phase.
     """
-    counts: dict[tuple[int, int], int] = {}
-    for transfer in phase.transfers:
-        for destination in transfer.destinations:
-            counts[destination] = counts.get(destination, 0) + 1
-    return max(counts.values(), default=0)
+    arrays = phase_arrays(phase)
+    if arrays.destination_tiles.size == 0:
+        return 0
+    # Sorted by (tile, address): the longest run of equal pairs is the answer.
+    tiles = arrays.destination_tiles
+    addresses = arrays.destination_addresses
+    order = np.lexsort((addresses, tiles))
+    tiles, addresses = tiles[order], addresses[order]
+    edges = np.flatnonzero((np.diff(tiles) != 0) | (np.diff(addresses) != 0)) + 1
+    runs = np.diff(np.concatenate(([0], edges, [tiles.size])))
+    return int(runs.max())
 
 
 def split_multicasts(phase: ExchangePhase) -> ExchangePhase:

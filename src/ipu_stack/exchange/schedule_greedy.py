@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import time as time_module
 from bisect import bisect_right
+from itertools import islice
 
 import numpy as np
 import numpy.typing as npt
@@ -45,15 +46,23 @@ MAX_GLOBAL_WAVES = 64
 
 
 class Calendar:
-    """Busy intervals of every resource: sorted, disjoint, merged when touching."""
+    """Busy intervals of every resource: sorted, disjoint, merged when touching.
+
+    ``starts[r]`` and ``ends[r]`` exist only for resources that have been occupied (phases
+    have tens of thousands of SRAM-element resources, most of them never touched by a
+    given scheduler run).
+    """
 
     def __init__(self, resource_count: int) -> None:
-        self.starts: list[list[int]] = [[] for _ in range(resource_count)]
-        self.ends: list[list[int]] = [[] for _ in range(resource_count)]
+        self.resource_count = resource_count
+        self.starts: dict[int, list[int]] = {}
+        self.ends: dict[int, list[int]] = {}
 
     def first_free(self, resource: int, time: int, length: int) -> int:
         """The earliest ``t >= time`` with ``[t, t + length)`` free on ``resource``."""
-        starts = self.starts[resource]
+        starts = self.starts.get(resource)
+        if starts is None:
+            return time
         ends = self.ends[resource]
         k = bisect_right(starts, time) - 1
         if k >= 0 and ends[k] > time:
@@ -70,9 +79,10 @@ class Calendar:
         settled = 0
         position = 0
         count = len(uses)
+        first_free = self.first_free
         while settled < count:
             resource, offset = uses[position]
-            fit = self.first_free(resource, time + offset, length) - offset
+            fit = first_free(resource, time + offset, length) - offset
             if fit != time:
                 time = fit
                 settled = 1
@@ -83,7 +93,11 @@ class Calendar:
 
     def occupy(self, resource: int, begin: int, end: int) -> None:
         """Mark ``[begin, end)`` busy (it must be free)."""
-        starts = self.starts[resource]
+        starts = self.starts.get(resource)
+        if starts is None:
+            self.starts[resource] = [begin]
+            self.ends[resource] = [end]
+            return
         ends = self.ends[resource]
         k = bisect_right(starts, begin)
         joins_previous = k > 0 and ends[k - 1] == begin
@@ -103,19 +117,8 @@ class Calendar:
 
 def transfer_uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
     """Per transfer, its ``(resource, offset)`` uses."""
-    starts = problem.use_starts.tolist()
-    resources = problem.use_resources.tolist()
-    offsets = problem.use_offsets.tolist()
-    return [
-        list(
-            zip(
-                resources[starts[i] : starts[i + 1]],
-                offsets[starts[i] : starts[i + 1]],
-                strict=True,
-            )
-        )
-        for i in range(problem.count)
-    ]
+    pairs = zip(problem.use_resources.tolist(), problem.use_offsets.tolist(), strict=True)
+    return [list(islice(pairs, n)) for n in np.diff(problem.use_starts).tolist()]
 
 
 def dependency_successors(
@@ -376,18 +379,18 @@ def _element_roles(problem: ResourceProblem) -> dict[int, tuple[list[int], list[
 
 
 def _wave_conflicts(
-    wave: list[int], members: IntArray, hazards: dict[int, tuple[list[int], list[int]]]
+    wave: list[int], members: list[int], hazards: dict[int, tuple[list[int], list[int]]]
 ) -> list[int]:
     """Positions in ``wave`` that read an SRAM element another member of the wave writes."""
     written: set[int] = set()
     for position in wave:
-        roles = hazards.get(int(members[position]))
+        roles = hazards.get(members[position])
         if roles:
             written.update(roles[1])
     return [
         position
         for position in wave
-        if (roles := hazards.get(int(members[position]))) and not written.isdisjoint(roles[0])
+        if (roles := hazards.get(members[position])) and not written.isdisjoint(roles[0])
     ]
 
 
@@ -417,9 +420,10 @@ def _matching_waves(
     # Distinct edges, each with its real members (lowest position last, for pop()) and dummies.
     key = left.astype(np.int64) * size + right
     edge_keys, edge_of = np.unique(key, return_inverse=True)
+    edge_list = edge_of.tolist()
     real: list[list[int]] = [[] for _ in range(edge_keys.size)]
     for position in range(members.size - 1, -1, -1):
-        real[int(edge_of[position])].append(position)
+        real[edge_list[position]].append(position)
     extra: dict[int, int] = {}
     left_deficit = (degree - left_degree).tolist()
     right_deficit = (degree - right_degree).tolist()
@@ -432,23 +436,31 @@ def _matching_waves(
             extra[i * size + j] = extra.get(i * size + j, 0) + take
             left_deficit[i] -= take
             right_deficit[j] -= take
-    all_keys = np.union1d(edge_keys, np.fromiter(extra, dtype=np.int64, count=len(extra)))
+    extra_keys = np.fromiter(extra, dtype=np.int64, count=len(extra))
+    all_keys = np.union1d(edge_keys, extra_keys)
     count = np.zeros(all_keys.size, dtype=np.int64)
     real_index: IntArray = np.asarray(np.searchsorted(all_keys, edge_keys), dtype=np.int64)
     count[real_index] = [len(r) for r in real]
-    for k, multiplicity in extra.items():
-        count[int(np.searchsorted(all_keys, k))] += multiplicity
+    # Keys of ``extra`` are distinct: one vectorised add per key.
+    count[np.searchsorted(all_keys, extra_keys)] += np.fromiter(
+        extra.values(), dtype=np.int64, count=len(extra)
+    )
     real_of = np.full(all_keys.size, -1, dtype=np.int64)
     real_of[real_index] = np.arange(edge_keys.size)
+    real_of_list = real_of.tolist()
+    real_index_list = real_index.tolist()
+    member_list = members.tolist()
     rows_all = all_keys // size
-    cols_all = all_keys % size
+    cols_all = (all_keys % size).astype(np.int32)
+    data = np.ones(all_keys.size, dtype=np.int8)
 
     def match(banned: npt.NDArray[np.bool_]) -> tuple[IntArray, bool]:
-        active = (count > 0) & ~banned
-        graph = csr_matrix(
-            (np.ones(int(active.sum()), dtype=np.int8), (rows_all[active], cols_all[active])),
-            shape=(size, size),
-        )
+        # The keys are sorted row-major, so the active edges are already in CSR order: the
+        # same matrix scipy's COO conversion would build, without the conversion.
+        active = np.flatnonzero((count > 0) & ~banned)
+        indptr = np.zeros(size + 1, dtype=np.int32)
+        np.cumsum(np.bincount(rows_all[active], minlength=size), out=indptr[1:])
+        graph = csr_matrix((data[: active.size], cols_all[active], indptr), shape=(size, size))
         matched = maximum_bipartite_matching(graph, perm_type="column")
         ok = bool((matched >= 0).all())
         rows = np.flatnonzero(matched >= 0)
@@ -462,24 +474,25 @@ def _matching_waves(
             banned = no_ban.copy()
             for _attempt in range(HAZARD_RETRIES):
                 wave = [real[r][-1] for r in real_of[chosen].tolist() if r >= 0 and real[r]]
-                clashes = _wave_conflicts(wave, members, hazards)
+                clashes = _wave_conflicts(wave, member_list, hazards)
                 if not clashes:
                     break
                 trial = banned.copy()
                 for position in clashes:
-                    trial[int(real_index[int(edge_of[position])])] = True
+                    trial[real_index_list[edge_list[position]]] = True
                 retry, ok = match(trial)
                 if not ok:
                     trial = banned.copy()
-                    trial[int(real_index[int(edge_of[clashes[0]])])] = True
+                    trial[real_index_list[edge_list[clashes[0]]]] = True
                     retry, ok = match(trial)
                     if not ok:
                         break  # no perfect matching avoids it: keep the clash
                 banned, chosen = trial, retry
+        # Matched edges are distinct: one vectorised decrement.
+        count[chosen] -= 1
         wave = []
         for e in chosen.tolist():
-            count[e] -= 1
-            r = int(real_of[e])
+            r = real_of_list[e]
             if r >= 0 and real[r]:
                 wave.append(real[r].pop())
         waves.extend(sorted(wave))

@@ -148,7 +148,9 @@ def _window(calendar: Calendar, uses: list[tuple[int, int]], time: int) -> int:
     window = _NEVER
     for resource, offset in uses:
         begin = time + offset
-        starts = calendar.starts[resource]
+        starts = calendar.starts.get(resource)
+        if starts is None:
+            continue
         k = bisect_right(starts, begin)
         if k < len(starts):
             window = min(window, starts[k] - begin)

@@ -113,22 +113,32 @@ class BufferRequest:
             raise PlanError(
                 f"buffer {self.name!r}: alignment must be a power of two >= 4, got {a!r}"
             )
-        try:
-            region = Region(self.region)
-        except ValueError:
-            raise PlanError(
-                f"buffer {self.name!r}: unknown region {self.region!r}; "
-                f"expected one of {', '.join(r.value for r in Region)}"
-            ) from None
-        object.__setattr__(self, "region", region)
-        live = tuple(self.live)
-        if len(live) != 2 or not all(isinstance(x, int) for x in live) or live[0] >= live[1]:
-            raise PlanError(
-                f"buffer {self.name!r}: live must be a non-empty half-open interval "
-                f"(start, end) of ints, got {self.live!r}"
-            )
-        object.__setattr__(self, "live", (live[0], live[1]))
-        object.__setattr__(self, "avoid_element_of", tuple(self.avoid_element_of))
+        if self.region.__class__ is not Region:  # a member needs no lookup
+            try:
+                region = Region(self.region)
+            except ValueError:
+                raise PlanError(
+                    f"buffer {self.name!r}: unknown region {self.region!r}; "
+                    f"expected one of {', '.join(r.value for r in Region)}"
+                ) from None
+            object.__setattr__(self, "region", region)
+        live = self.live
+        if not (  # the common case, a pair of plain ints in order, is kept as it is
+            live.__class__ is tuple
+            and len(live) == 2
+            and live[0].__class__ is int
+            and live[1].__class__ is int
+            and live[0] < live[1]
+        ):
+            live = tuple(self.live)
+            if len(live) != 2 or not all(isinstance(x, int) for x in live) or live[0] >= live[1]:
+                raise PlanError(
+                    f"buffer {self.name!r}: live must be a non-empty half-open interval "
+                    f"(start, end) of ints, got {self.live!r}"
+                )
+            object.__setattr__(self, "live", (live[0], live[1]))
+        if self.avoid_element_of.__class__ is not tuple:
+            object.__setattr__(self, "avoid_element_of", tuple(self.avoid_element_of))
 
 
 # --- Memory map helpers ----------------------------------------------------------------------
