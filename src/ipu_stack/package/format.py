@@ -95,11 +95,15 @@ def flat_rows(shape: Iterable[int]) -> tuple[int, int]:
     return (math.prod(dims[:-1]) if len(dims) > 1 else 1, dims[-1])
 
 
+# one encoder for every call (what ``json.dumps`` with these options builds each time)
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> bytes:
     """The one byte form of a JSON value: sorted keys, no whitespace, ASCII only."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    ).encode("ascii")
+    return _CANONICAL.encode(value).encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)

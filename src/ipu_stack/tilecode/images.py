@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import PlanError
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, Transfer
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.low.program import ExchangeStep, LowProgram, Ref, RepeatStep
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.encode import EncodeError, encode
-from ipu_stack.tilecode.exchange_rows import lower_phase
+from ipu_stack.tilecode.exchange_rows import encode_rows, phase_tables
 from ipu_stack.tilecode.supervisor import (
     ADD_MAX,
     ROW_STRIDE_ADDS,
@@ -76,21 +76,20 @@ class TileImages:
         }
 
 
-def _shifted(phase: ExchangePhase, step: ExchangeStep, repeat: RepeatStep, i: int,
-             physical: np.ndarray) -> ExchangePhase:  # fmt: skip
-    """The phase of loop iteration ``i``: iterated buffers advanced by ``i`` x stride."""
-    if i == 0 or not repeat.iterated:
-        return phase
+def _shifts(
+    phase: ExchangePhase, step: ExchangeStep, repeat: RepeatStep, physical: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per transfer and per destination: the bytes an iteration advances its address by
+    (the stride of the iterated buffer it reads or writes, 0 for the others)."""
     inv = {int(p): t for t, p in enumerate(physical)}
-    out = []
-    for lt, t in zip(step.transfers, phase.transfers, strict=True):
-        src = t.source_address + i * repeat.iterated.get((lt.source_tile, lt.source.buffer), 0)
-        dests = tuple(
-            (tile, address + i * repeat.iterated.get((inv[tile], ref.buffer), 0))
-            for (tile, address), (_, ref) in zip(t.destinations, lt.destinations, strict=True)
-        )
-        out.append(Transfer(t.source, src, dests, t.words, t.width))
-    return ExchangePhase(tuple(out), phase.tile_count)
+    strides = repeat.iterated
+    source = [strides.get((lt.source_tile, lt.source.buffer), 0) for lt in step.transfers]
+    dest = [
+        strides.get((inv[tile], ref.buffer), 0)
+        for lt, t in zip(step.transfers, phase.transfers, strict=True)
+        for (tile, _), (_, ref) in zip(t.destinations, lt.destinations, strict=True)
+    ]
+    return np.asarray(source, np.int64), np.asarray(dest, np.int64)
 
 
 def lower_exchanges(
@@ -110,10 +109,17 @@ def lower_exchanges(
             continue
         phase, schedule = schedules[index]
         repeat = repeat_of.get(index)
+        tables = phase_tables(phase, schedule)
+        shifts = None
+        if repeat is not None and repeat.iterated:
+            shifts = _shifts(phase, step, repeat, placement.physical)
         for i in range(repeat.count if repeat else 1):
-            shifted = _shifted(phase, step, repeat, i, placement.physical) if repeat else phase
+            # iteration i: iterated buffers advanced by i x stride
+            shifted = tables
+            if shifts is not None and i:
+                shifted = tables.shifted(i * shifts[0], i * shifts[1])
             try:
-                out[(index, i)] = lower_phase(shifted, schedule, merge_pointers=repeat is None)
+                out[(index, i)] = encode_rows(shifted, merge_pointers=repeat is None)
             except EncodeError as err:
                 raise PlanError(f"lower_exchanges: step {index} iteration {i}: {err}") from None
     return out
@@ -179,19 +185,18 @@ def build_tile_images(
     """
     rows = rows if rows is not None else lower_exchanges(program, placement, schedules)
     linked = linked if linked is not None else link_runtime(program, gemm_symbols)
-    occurrences = _occurrences(program)
+    rows_of = _rows_by_tile(program, rows)
     by_tile = calls_by_tile(program)
+    loops = _loop_lookups(program)
     support_base = ipu21.EXECUTABLE_LIMIT - reservation
     images = []
     for logical in range(program.tile_count):
         physical = int(placement.physical[logical])
         numbered = {}
         row_words: list[np.ndarray] = []
-        for occurrence in occurrences:
-            words = rows[occurrence].get(physical)
-            if words is not None:
-                numbered[occurrence] = len(row_words)
-                row_words.append(words)
+        for occurrence, words in rows_of.get(physical, ()):
+            numbered[occurrence] = len(row_words)
+            row_words.append(words)
         ops, tables, strides = emit_program(
             logical, program, linked, gemm_symbols, numbered, by_tile.get(logical, {})
         )
@@ -225,13 +230,13 @@ def build_tile_images(
         for n, address in enumerate(table_address):
             labels[("table", n)] = address
         for index, (table_stride, _) in strides.items():
-            first = [n for (s, i), n in numbered.items() if i == 0 and _in_body(program, index, s)]
+            first = [n for (s, i), n in numbered.items() if i == 0 and loops.body.get(s) == index]
             labels[("rowbase", index)] = row_address[min(first)] if first else 0
             stride = 0
             if first:
                 stride = sum(4 * len(row_words[n]) for n in first)
             strides[index] = (table_stride, stride)
-        code = _assemble(ops, labels, strides, physical, program, numbered, row_address)
+        code = _assemble(ops, labels, strides, physical, loops, row_address)
         table_data = [
             _table_word(w, placement, logical, address)
             for t, address in zip(tables, table_address, strict=True)
@@ -246,9 +251,11 @@ def build_tile_images(
         image.segments.append(
             (ipu21.APPLICATION_LOAD_BASE, SEGMENT_READ | SEGMENT_EXEC, _bytes(stub))
         )
-        exec_words = [w for r in row_words for w in r.tolist()]
-        exec_words += [0] * (ipu21.ROW_GUARD_BYTES // 4) + code
-        image.segments.append((support_base, SEGMENT_READ | SEGMENT_EXEC, _bytes(exec_words)))
+        guard = np.zeros(ipu21.ROW_GUARD_BYTES // 4, np.uint32)
+        exec_words = np.concatenate([*row_words, guard, np.asarray(code, np.uint32)])
+        image.segments.append(
+            (support_base, SEGMENT_READ | SEGMENT_EXEC, exec_words.astype("<u4").tobytes())
+        )
         if table_data:
             image.segments.append((table_base, SEGMENT_READ, _bytes(table_data)))
         image.rows = [
@@ -268,10 +275,30 @@ def _table_word(word: Any, placement: Placement, logical: int, table: int) -> in
     return int(word)
 
 
-def _in_body(program: LowProgram, repeat_index: int, step: int) -> bool:
-    repeat = program.steps[repeat_index]
-    assert isinstance(repeat, RepeatStep)
-    return repeat_index < step <= repeat_index + repeat.length
+@dataclass(frozen=True, slots=True)
+class _Loops:
+    """Per program: the repeat step whose body holds each step (``body``)."""
+
+    body: dict[int, int]
+
+
+def _loop_lookups(program: LowProgram) -> _Loops:
+    body = {}
+    for index, step in enumerate(program.steps):
+        if isinstance(step, RepeatStep):
+            body.update(dict.fromkeys(range(index + 1, index + 1 + step.length), index))
+    return _Loops(body)
+
+
+def _rows_by_tile(
+    program: LowProgram, rows: dict[tuple[int, int], dict[int, np.ndarray]]
+) -> dict[int, list[tuple[tuple[int, int], np.ndarray]]]:
+    """Each physical tile's rows ``(occurrence, words)`` in execution order."""
+    out: dict[int, list[tuple[tuple[int, int], np.ndarray]]] = {}
+    for occurrence in _occurrences(program):
+        for tile, words in rows[occurrence].items():
+            out.setdefault(tile, []).append((occurrence, words))
+    return out
 
 
 def _bytes(words: list[int]) -> bytes:
@@ -293,12 +320,12 @@ def _assemble(
     labels: dict[Any, int],
     strides: dict[int, tuple[int, int]],
     tile: int,
-    program: LowProgram,
-    numbered: dict[tuple[int, int], int],
+    loops: _Loops,
     row_address: list[int],
 ) -> list[int]:
     """The code words of ``ops`` with every label resolved."""
     words = []
+    loop_first = _first_tables_of_loops(ops)
     for op in ops:
         kind = op[0]
         if kind == "label":
@@ -313,12 +340,14 @@ def _assemble(
             words.append(encode("brz", reg=op[1], target_words=labels[op[2]] >> 2))
         elif kind == "tableoffset":
             table = op[1]
-            repeat_first = _first_table_of_loop(ops, table)
+            repeat_first = loop_first[table]
             offset = labels[("table", table)] - labels[("table", repeat_first)]
             words.append(_add_word(TABLE_REGISTER, offset, "an operand-table offset", tile))
         elif kind == "rowoffset":
             _, step, row = op
-            base = _row_base(program, step, labels)
+            if step not in loops.body:
+                raise AssertionError(f"step {step} is in no loop")
+            base = labels[("rowbase", loops.body[step])]
             words.append(_add_word(0, row_address[row] - base, "a row offset", tile))
         elif kind == "rowstride":
             stride = strides[op[1]][1]
@@ -335,24 +364,18 @@ def _assemble(
     return words
 
 
-def _first_table_of_loop(ops: list[Op], table: int) -> int:
-    """The first operand table of the loop whose body uses ``table`` (its iteration-0 base)."""
+def _first_tables_of_loops(ops: list[Op]) -> dict[int, int]:
+    """Per ``tableoffset`` table: the first operand table of its loop (its iteration-0 base)."""
+    out = {}
     first = None
     for op in ops:
         # the loop set-up stores the body's first table through $m0
         if op[0] == "setzi" and op[1] == 0 and isinstance(op[2], tuple) and op[2][0] == "table":
             first = op[2][1]
-        if op[0] == "tableoffset" and op[1] == table:
-            assert first is not None
-            return first
-    raise AssertionError(f"table {table} is in no loop")
-
-
-def _row_base(program: LowProgram, step: int, labels: dict[Any, int]) -> int:
-    for index, s in enumerate(program.steps):
-        if isinstance(s, RepeatStep) and index < step <= index + s.length:
-            return labels[("rowbase", index)]
-    raise AssertionError(f"step {step} is in no loop")
+        elif op[0] == "tableoffset" and op[1] not in out:
+            assert first is not None, f"table {op[1]} is in no loop"
+            out[op[1]] = first
+    return out
 
 
 __all__ = ["Ref", "TileImages", "build_tile_images", "lower_exchanges"]

@@ -158,8 +158,26 @@ class Linked:
     """The linked runtime: kernel entries by template key."""
 
     entries: dict[bytes, KernelEntry] = field(default_factory=dict)
+    # per call object (by id, the call kept alive): its entry and operand words
+    _calls: dict[int, tuple[KernelCall, dict, KernelEntry, list[Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def entry(self, call: KernelCall, gemm_symbols: dict) -> KernelEntry:
+        """The entry of ``call``'s specialisation (linked on first sight)."""
+        return self.resolve(call, gemm_symbols)[0]
+
+    def resolve(self, call: KernelCall, gemm_symbols: dict) -> tuple[KernelEntry, list[Any]]:
+        """The entry of ``call`` and its operand words (:func:`call_operands`), remembered
+        per call so each call's template is built and keyed once."""
+        known = self._calls.get(id(call))
+        if known is not None and known[0] is call and known[1] is gemm_symbols:
+            return known[2], known[3]
+        found, operands = self._link(call, gemm_symbols)
+        self._calls[id(call)] = (call, gemm_symbols, found, operands)
+        return found, operands
+
+    def _link(self, call: KernelCall, gemm_symbols: dict) -> tuple[KernelEntry, list[Any]]:
         template, ops = call_operands(call)
         symbol = _symbol(call, gemm_symbols)
         key = canonical_json([symbol, template])
@@ -179,7 +197,7 @@ class Linked:
                 min(len(ops), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1),
             )
             self.entries[key] = found
-        return found
+        return found, ops
 
     def image(self) -> bytes:
         """The entry placeholders (no kernel objects: ``br $m10; trap 0`` each)."""
@@ -364,8 +382,7 @@ def _step_ops(
         return ops
     assert isinstance(step, ComputeStep)
     for call in calls.get(index, ()):
-        entry = linked.entry(call, gemm_symbols)
-        _, operands = call_operands(call)
+        entry, operands = linked.resolve(call, gemm_symbols)
         words: list[Any] = [index]
         for value in operands:
             if value is SPILL:
