@@ -21,7 +21,7 @@ from ipu_stack.low.program import ExchangeStep, LowProgram, Ref, RepeatStep
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.encode import EncodeError, encode
-from ipu_stack.tilecode.exchange_rows import encode_rows, phase_tables
+from ipu_stack.tilecode.exchange_rows import PhaseTables, encode_rows, phase_tables
 from ipu_stack.tilecode.supervisor import (
     ADD_MAX,
     ROW_STRIDE_ADDS,
@@ -77,18 +77,23 @@ class TileImages:
 
 
 def _shifts(
-    phase: ExchangePhase, step: ExchangeStep, repeat: RepeatStep, physical: np.ndarray
+    tables: PhaseTables, step: ExchangeStep, repeat: RepeatStep
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per transfer and per destination: the bytes an iteration advances its address by
     (the stride of the iterated buffer it reads or writes, 0 for the others)."""
-    inv = {int(p): t for t, p in enumerate(physical)}
+    # the physical phase is the step's transfers with tiles renumbered (place/assign.py
+    # physical_phase): its destinations are the step's, in order, at physical[tile]
     strides = repeat.iterated
-    source = [strides.get((lt.source_tile, lt.source.buffer), 0) for lt in step.transfers]
+    get = strides.get
+    source = [get((lt.source_tile, lt.source.buffer), 0) for lt in step.transfers]
+    names = {buffer for _, buffer in strides}
     dest = [
-        strides.get((inv[tile], ref.buffer), 0)
-        for lt, t in zip(step.transfers, phase.transfers, strict=True)
-        for (tile, _), (_, ref) in zip(t.destinations, lt.destinations, strict=True)
+        get((tile, ref.buffer), 0) if ref.buffer in names else 0
+        for lt in step.transfers
+        for tile, ref in lt.destinations
     ]
+    if len(dest) != len(tables.dest_tiles):  # pragma: no cover
+        raise AssertionError("physical phase and program disagree")
     return np.asarray(source, np.int64), np.asarray(dest, np.int64)
 
 
@@ -112,7 +117,7 @@ def lower_exchanges(
         tables = phase_tables(phase, schedule)
         shifts = None
         if repeat is not None and repeat.iterated:
-            shifts = _shifts(phase, step, repeat, placement.physical)
+            shifts = _shifts(tables, step, repeat)
         for i in range(repeat.count if repeat else 1):
             # iteration i: iterated buffers advanced by i x stride
             shifted = tables
@@ -208,7 +213,7 @@ def build_tile_images(
             cursor += 4 * len(words)
         row_bytes = cursor - support_base
         code_base = cursor + ipu21.ROW_GUARD_BYTES
-        code_words = sum(_size(op) for op in ops)
+        labels, code_words = _labels(ops, code_base)
         table_base = code_base + 4 * code_words
         table_address = []
         cursor = table_base
@@ -224,7 +229,6 @@ def build_tile_images(
                 f"reservation holds {reservation} bytes [{support_base:#x}, "
                 f"{ipu21.EXECUTABLE_LIMIT:#x})"
             )
-        labels = _labels(ops, code_base)
         for n, address in enumerate(row_address):
             labels[("row", n)] = address
         for n, address in enumerate(table_address):
@@ -237,11 +241,7 @@ def build_tile_images(
                 stride = sum(4 * len(row_words[n]) for n in first)
             strides[index] = (table_stride, stride)
         code = _assemble(ops, labels, strides, physical, loops, row_address)
-        table_data = [
-            _table_word(w, placement, logical, address)
-            for t, address in zip(tables, table_address, strict=True)
-            for w in t
-        ]
+        table_data = _table_words(tables, table_address, placement.allocations[logical])
         stub = [
             encode("setzi", reg=0, imm=code_base),
             encode("br", reg=0),
@@ -265,14 +265,20 @@ def build_tile_images(
     return TileImages(images, linked)
 
 
-def _table_word(word: Any, placement: Placement, logical: int, table: int) -> int:
-    """An operand-table word: a buffer address (advanced for the loop iteration), the
-    address of the table's spilled operands, or a scalar."""
-    if isinstance(word, tuple) and word[0] == "ref":
-        return placement.address(logical, word[1]) + word[2]
-    if isinstance(word, tuple) and word[0] == "spill":
-        return table + 4 * word[1]
-    return int(word)
+def _table_words(tables: list[list[Any]], addresses: list[int], allocations: Any) -> list[int]:
+    """The operand-table words of one tile: a buffer address (advanced for the loop
+    iteration), the address of the table's spilled operands, or a scalar."""
+    out = []
+    for table, address in zip(tables, addresses, strict=True):
+        for word in table:
+            if isinstance(word, tuple) and word[0] == "ref":
+                ref = word[1]
+                out.append(allocations[ref.buffer].address + ref.offset + word[2])
+            elif isinstance(word, tuple) and word[0] == "spill":
+                out.append(address + 4 * word[1])
+            else:
+                out.append(int(word))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,14 +311,19 @@ def _bytes(words: list[int]) -> bytes:
     return np.asarray(words, dtype="<u4").tobytes()
 
 
-def _labels(ops: list[Op], base: int) -> dict[Any, int]:
+def _labels(ops: list[Op], base: int) -> tuple[dict[Any, int], int]:
+    """The address of every label in ``ops`` placed from ``base``, and the ops' words."""
     labels = {}
-    cursor = base
+    words = 0
     for op in ops:
-        if op[0] == "label":
-            labels[op[1]] = cursor
-        cursor += 4 * _size(op)
-    return labels
+        kind = op[0]
+        if kind == "w":
+            words += 1
+        elif kind == "label":
+            labels[op[1]] = base + 4 * words
+        else:
+            words += _size(op)
+    return labels, words
 
 
 def _assemble(
@@ -328,10 +339,10 @@ def _assemble(
     loop_first = _first_tables_of_loops(ops)
     for op in ops:
         kind = op[0]
-        if kind == "label":
-            continue
         if kind == "w":
             words.append(op[1])
+        elif kind == "label":
+            continue
         elif kind == "setzi":
             words.append(encode("setzi", reg=op[1], imm=labels[op[2]]))
         elif kind == "call":
