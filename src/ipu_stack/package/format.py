@@ -95,10 +95,12 @@ def flat_rows(shape: Iterable[int]) -> tuple[int, int]:
     return (math.prod(dims[:-1]) if len(dims) > 1 else 1, dims[-1])
 
 
-# one encoder for every call (what ``json.dumps`` with these options builds each time)
+# one encoder for every call (what ``json.dumps`` with these options builds each time);
+# the values are trees (no reference cycles), so the cycle check is left out
 _CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-)
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False,
+    check_circular=False,
+)  # fmt: skip
 
 
 def canonical_json(value: Any) -> bytes:
@@ -241,8 +243,10 @@ def _digest(header_head: bytes, body: bytes) -> bytes:
 
 def _seal(version: int, manifest: bytes, data: bytes) -> bytes:
     head = HEADER.pack(MAGIC, version, HEADER_SIZE, len(manifest), len(data), b"\0" * 32)[:32]
-    digest = _digest(head, manifest + data)
-    return head + digest + manifest + data
+    h = hashlib.sha256(head)
+    h.update(manifest)
+    h.update(data)  # hashed in place: the file is joined once
+    return b"".join((head, h.digest(), manifest, data))
 
 
 def reseal(blob: bytes, version: int | None = None) -> bytes:

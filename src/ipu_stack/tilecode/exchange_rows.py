@@ -59,6 +59,7 @@ class PhaseTables:
 
     sources: IntArray  # per transfer: source tile
     source_addresses: IntArray  # per transfer
+    words: IntArray  # per transfer
     paired: np.ndarray  # per transfer (bool)
     sctl: IntArray  # per transfer: direction bits of its destinations | SCTL_PAIRED
     dest_starts: IntArray  # per transfer + 1: its first destination
@@ -100,6 +101,7 @@ def phase_tables(phase: ExchangePhase, schedule: PhaseSchedule) -> PhaseTables:
     return PhaseTables(
         sources=arrays.sources,
         source_addresses=arrays.source_addresses,
+        words=arrays.words,
         paired=paired,
         sctl=sctl,
         dest_starts=arrays.destination_starts,

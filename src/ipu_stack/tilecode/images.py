@@ -55,6 +55,7 @@ class TileImages:
 
     tiles: list[TileImage]
     linked: Linked
+    phases: dict[int, PhaseTables] = field(default_factory=dict)  # exchange step -> tables
 
     def largest_rows(self) -> TileImage:
         """The tile with the most encoded row bytes."""
@@ -97,6 +98,15 @@ def _shifts(
     return np.asarray(source, np.int64), np.asarray(dest, np.int64)
 
 
+class ExchangeRows(dict[tuple[int, int], dict[int, np.ndarray]]):
+    """Rows by ``(step, iteration)``; ``tables`` keeps each step's :class:`PhaseTables` (the
+    package's exchange tables are written from them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[int, PhaseTables] = {}
+
+
 def lower_exchanges(
     program: LowProgram,
     placement: Placement,
@@ -107,14 +117,14 @@ def lower_exchanges(
     Raises:
         PlanError: a phase cannot be encoded (the encoder's message, with the step).
     """
-    out: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+    out = ExchangeRows()
     repeat_of = _repeats(program)
     for index, step in enumerate(program.steps):
         if not isinstance(step, ExchangeStep):
             continue
         phase, schedule = schedules[index]
         repeat = repeat_of.get(index)
-        tables = phase_tables(phase, schedule)
+        tables = out.tables[index] = phase_tables(phase, schedule)
         shifts = None
         if repeat is not None and repeat.iterated:
             shifts = _shifts(tables, step, repeat)
@@ -262,7 +272,7 @@ def build_tile_images(
             (step, i, row_address[n], len(row_words[n])) for (step, i), n in numbered.items()
         ]
         images.append(image)
-    return TileImages(images, linked)
+    return TileImages(images, linked, dict(getattr(rows, "tables", {})))
 
 
 def _table_words(tables: list[list[Any]], addresses: list[int], allocations: Any) -> list[int]:
@@ -271,10 +281,12 @@ def _table_words(tables: list[list[Any]], addresses: list[int], allocations: Any
     out = []
     for table, address in zip(tables, addresses, strict=True):
         for word in table:
-            if isinstance(word, tuple) and word[0] == "ref":
+            if type(word) is not tuple:
+                out.append(int(word))
+            elif word[0] == "ref":
                 ref = word[1]
                 out.append(allocations[ref.buffer].address + ref.offset + word[2])
-            elif isinstance(word, tuple) and word[0] == "spill":
+            elif word[0] == "spill":
                 out.append(address + 4 * word[1])
             else:
                 out.append(int(word))

@@ -379,7 +379,7 @@ def _step_ops(
 ) -> list[Op]:
     """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended)."""
     if isinstance(step, ExchangeStep):
-        ops: list[Op] = [_w("sync", zone=SYNC_SUPERVISOR)]
+        ops: list[Op] = [_sync_supervisor()]
         row = rows.get((index, iteration)) if rows else None
         if row is None:
             return ops
@@ -422,8 +422,19 @@ def _step_ops(
         ops += _operand_loads(
             min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)
         )
-        ops.append(_w("call", reg=LINK_REGISTER, target_words=entry.address >> 2))
+        ops.append(_call_op(entry.address))
     return ops
+
+
+@cache
+def _sync_supervisor() -> Op:
+    return _w("sync", zone=SYNC_SUPERVISOR)
+
+
+@cache
+def _call_op(address: int) -> Op:
+    """``call $m10, address`` (a kernel entry)."""
+    return _w("call", reg=LINK_REGISTER, target_words=address >> 2)
 
 
 @cache
