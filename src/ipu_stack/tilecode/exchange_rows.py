@@ -35,6 +35,7 @@ from ipu_stack.target import topology
 from ipu_stack.target.ipu21 import WORD_BYTES
 from ipu_stack.tilecode.encode import EncodeError, encode, encode_many
 from ipu_stack.tilecode.isa_table import (
+    FORMS,
     LINK_REGISTER,
     MUX_NONE,
     PIC_POINTER,
@@ -141,12 +142,16 @@ def _sends(t: PhaseTables, items: IntArray, wpi: IntArray) -> dict[str, IntArray
     transfer = t.piece_transfer[piece]
     first = k * SEND_ITEMS_MAX
     base = t.source_addresses[transfer] // WORD_BYTES + t.piece_offset[piece]
+    words = encode_many(
+        "send",
+        count_m1=np.minimum(SEND_ITEMS_MAX, items[piece] - first) - 1,
+        word_address=base + first * wpi[piece],
+        sctl=t.sctl[transfer],
+    )
     return {
         "tile": t.sources[transfer],
         "cycle": t.piece_cycle[piece] + first + ROW_LEAD,
-        "n": np.minimum(SEND_ITEMS_MAX, items[piece] - first),
-        "address": base + first * wpi[piece],
-        "sctl": t.sctl[transfer],
+        "word0": words,
     }
 
 
@@ -158,7 +163,9 @@ def _windows(t: PhaseTables, items: IntArray) -> dict[str, IntArray]:
     dest = t.dest_starts[transfer] + j
     start = t.piece_cycle[piece] + t.latency[dest]
     tile = t.dest_tiles[dest]
-    order = np.lexsort((start, tile))
+    order = _sort_by_tile(tile, start, 0)
+    if order is None:  # windows sharing a first cycle (they overlap: an error below)
+        order = np.lexsort((start, tile))
     piece, transfer, dest = piece[order], transfer[order], dest[order]
     start = start[order]
     return {
@@ -238,34 +245,53 @@ def _controls(w: dict[str, IntArray], merge_pointers: bool) -> dict[str, IntArra
         by_key = np.argsort(p_key)
         x_pointer[shared_x] = p_pointer[by_key[np.searchsorted(p_key[by_key], x_key[shared_x])]]
     alone = ~_member(p_key, fixed)
+    n_alone = int(alone.sum())
+    # the controls' words, events 1 (``encode_rows`` adds the waits once rows are ordered)
+    xpic = encode_many("delayxpic", events_m1=0, sel=x_sel, value=x_value)
+    pic = encode_many("delaypic", events_m1=0, sel=PIC_POINTER, value=p_pointer[alone])
+    picp = encode("sendpicp", picsel=PIC_POINTER, count_m1=0, word_address=0, sctl=0)
+    word1 = np.zeros(len(x_key) + n_alone, np.int64)
+    word1[: len(x_key)][shared_x] = encode_many(
+        "picword", xpic=(x_sel[shared_x] << 13) | x_value[shared_x], pic=x_pointer[shared_x]
+    )
     return {
         "tile": np.concatenate([x_tile, p_tile[alone]]),
         "cycle": np.concatenate([x_cycle, cycle[alone]]),
-        "kind": np.concatenate([np.where(shared_x, _PICP, _XPIC), np.full(int(alone.sum()), _PIC)]),
-        "sel": np.concatenate([x_sel, np.full(int(alone.sum()), PIC_POINTER, np.int64)]),
-        "value": np.concatenate([x_value, p_pointer[alone]]),
-        "pointer": np.concatenate([x_pointer, p_pointer[alone]]),
+        "kind": np.concatenate([np.where(shared_x, _PICP, _XPIC), np.full(n_alone, _PIC)]),
+        "word0": np.concatenate([np.where(shared_x, picp, xpic), pic]),
+        "word1": word1,
     }
 
 
 def _events(sends: dict[str, IntArray], controls: dict[str, IntArray]) -> dict[str, IntArray]:
     """Every event of the phase, per tile in row order (a control before a send of its cycle)."""
-    n_send, n_control = len(sends["tile"]), len(controls["tile"])
-    zeros_c, zeros_s = np.zeros(n_control, np.int64), np.zeros(n_send, np.int64)
+    n_send = len(sends["tile"])
     e = {
         "tile": np.concatenate([controls["tile"], sends["tile"]]),
         "cycle": np.concatenate([controls["cycle"], sends["cycle"]]),
         "kind": np.concatenate([controls["kind"], np.full(n_send, _SEND, np.int64)]),
-        "sel": np.concatenate([controls["sel"], zeros_s]),
-        "value": np.concatenate([controls["value"], zeros_s]),
-        "pointer": np.concatenate([controls["pointer"], zeros_s]),
-        "n": np.concatenate([zeros_c, sends["n"]]),
-        "address": np.concatenate([zeros_c, sends["address"]]),
-        "sctl": np.concatenate([zeros_c, sends["sctl"]]),
+        "word0": np.concatenate([controls["word0"], sends["word0"]]),
+        "word1": np.concatenate([controls["word1"], np.zeros(n_send, np.int64)]),
     }
     is_send = (e["kind"] == _SEND).astype(np.int64)
-    order = np.lexsort((e["sctl"], e["address"], e["n"], is_send, e["cycle"], e["tile"]))
+    order = _sort_by_tile(e["tile"], e["cycle"], is_send)
+    if order is None:  # sends sharing a cycle (not from a valid schedule): by their words,
+        # i.e. by (items, address, sctl), the fields' order in a send word
+        order = np.lexsort((e["word0"], is_send, e["cycle"], e["tile"]))
     return {k: v[order] for k, v in e.items()}
+
+
+def _sort_by_tile(tile: IntArray, cycle: IntArray, last: IntArray | int) -> IntArray | None:
+    """The order by ``(tile, cycle, last)`` (``last`` 0 or 1) from one int64 key; None when
+    two items share a key or a cycle does not fit it (the caller sorts those its own way)."""
+    if len(tile) and (int(cycle.min()) < 0 or int(cycle.max()) >= 1 << (_TILE_SHIFT - 1)):
+        return None
+    key = (tile << _TILE_SHIFT) | (cycle << 1) | last
+    order = np.argsort(key)
+    ordered = key[order]
+    if len(ordered) > 1 and bool((ordered[1:] == ordered[:-1]).any()):
+        return None
+    return order
 
 
 def _delays(events: IntArray) -> tuple[IntArray, IntArray]:
@@ -276,26 +302,14 @@ def _delays(events: IntArray) -> tuple[IntArray, IntArray]:
     return count, last
 
 
-def _main_words(e: dict[str, IntArray], wait: IntArray) -> tuple[IntArray, IntArray]:
-    """Each event's own word(s): ``(first, second)`` (the second only for ``sendpicp``)."""
-    kind = e["kind"]
-    first = np.zeros(len(kind), np.int64)
-    second = np.zeros(len(kind), np.int64)
-    send = kind == _SEND
-    first[send] = encode_many(
-        "send", count_m1=e["n"][send] - 1, word_address=e["address"][send], sctl=e["sctl"][send]
-    )
-    for k, mnemonic in ((_XPIC, "delayxpic"), (_PIC, "delaypic")):
-        m = kind == k
-        first[m] = encode_many(
-            mnemonic, events_m1=wait[m] - 1, sel=e["sel"][m], value=e["value"][m]
-        )
-    m = kind == _PICP
-    first[m] = encode("sendpicp", picsel=PIC_POINTER, count_m1=0, word_address=0, sctl=0)
-    second[m] = encode_many(
-        "picword", xpic=(e["sel"][m] << 13) | e["value"][m], pic=e["pointer"][m]
-    )
-    return first, second
+def _field_shift(mnemonic: str, name: str) -> int:
+    return next(shift for field, shift, _ in FORMS[mnemonic].fields if field == name)
+
+
+_EVENTS_SHIFT = {
+    _XPIC: _field_shift("delayxpic", "events_m1"),
+    _PIC: _field_shift("delaypic", "events_m1"),
+}
 
 
 def encode_rows(t: PhaseTables, merge_pointers: bool = True) -> dict[int, np.ndarray]:
@@ -321,8 +335,10 @@ def encode_rows(t: PhaseTables, merge_pointers: bool = True) -> dict[int, np.nda
     delays, last_delay = _delays(gap - wait)
     mains = np.where(kind == _PICP, 2, 1)
     pad = _sendpicp_pads(first, kind == _PICP, delays + mains, delays)
-    main0, main1 = _main_words(e, wait)
-    return _assemble_rows(tile, first, delays, last_delay, pad, mains, main0, main1)
+    # a control waits ``wait`` events: events - 1 in its field (within it: wait <= limit)
+    shift = np.where(kind == _PIC, _EVENTS_SHIFT[_PIC], _EVENTS_SHIFT[_XPIC])
+    main0 = e["word0"] + np.where(control, (wait - 1) << shift, 0)
+    return _assemble_rows(tile, first, delays, last_delay, pad, mains, main0, e["word1"])
 
 
 def _sendpicp_pads(
@@ -351,37 +367,36 @@ def _assemble_rows(
     main1: IntArray,
 ) -> dict[int, np.ndarray]:
     """The words of every event, each tile's row closed by ``br $m10`` (and a 0 to stay
-    8-byte aligned), split into rows by tile."""
+    8-byte aligned), split into rows by tile: each word scattered to its place."""
     starts = np.flatnonzero(first)
     per_event = delays + pad + mains
-    totals = np.add.reduceat(per_event, starts) + 1
-    n_tiles = len(starts)
-    # a trailer per tile: br (+ 0), placed after the tile's last event
-    seq = np.concatenate([np.arange(len(tile)), np.repeat(len(tile), n_tiles)])
-    all_tiles = np.concatenate([tile, tile[starts]])
-    order = np.lexsort((seq, all_tiles))
-    zeros = np.zeros(n_tiles, np.int64)
-    br = encode("br", reg=LINK_REGISTER)
-    delays = np.concatenate([delays, zeros])[order]
-    last_delay = np.concatenate([last_delay, zeros])[order]
-    pad = np.concatenate([pad, zeros])[order]
-    mains = np.concatenate([mains, 1 + (totals & 1)])[order]
-    main0 = np.concatenate([main0, np.full(n_tiles, br, np.int64)])[order]
-    main1 = np.concatenate([main1, zeros])[order]
-    event, pos = _expand(delays + pad + mains)
-    d, p = delays[event], pad[event]
-    full = encode("delay", events_m1=DELAY_EVENTS_MAX - 1)
-    padding = encode("send", count_m1=0, word_address=0, sctl=0)
-    words = np.select(
-        [pos < d - 1, pos == d - 1, pos < d + p, pos == d + p],
-        [full, last_delay[event], padding, main0[event]],
-        main1[event],
-    ).astype(np.uint32)
-    row_tiles = all_tiles[order][event]
-    bounds = np.flatnonzero(row_tiles[1:] != row_tiles[:-1]) + 1
-    edges = [0, *bounds.tolist(), len(words)]
-    names = row_tiles[edges[:-1]].tolist()
-    return {name: words[a:b] for name, a, b in zip(names, edges[:-1], edges[1:], strict=True)}
+    tile_words = np.add.reduceat(per_event, starts)
+    row_length = tile_words + 1 + ((tile_words + 1) & 1)
+    row_start = np.cumsum(row_length) - row_length
+    group = np.cumsum(first) - 1  # each event's row
+    before = np.cumsum(per_event) - per_event
+    at = row_start[group] + before - before[starts][group]  # each event's first word
+    words = np.zeros(int(row_length.sum()), np.uint32)  # a row's closing pad stays 0
+    main_at = at + delays + pad
+    words[main_at] = main0
+    two = mains == 2
+    words[main_at[two] + 1] = main1[two]
+    padded = pad == 1
+    words[(at + delays)[padded]] = encode("send", count_m1=0, word_address=0, sctl=0)
+    waits = delays > 0
+    words[(at + delays - 1)[waits]] = last_delay[waits]
+    full = delays > 1  # waits beyond one delay: full delays before the last one
+    if full.any():
+        event, k = _expand(delays[full] - 1)
+        words[at[full][event] + k] = encode("delay", events_m1=DELAY_EVENTS_MAX - 1)
+    words[row_start + tile_words] = encode("br", reg=LINK_REGISTER)
+    ends = row_start + row_length
+    return {
+        name: words[lo:hi]
+        for name, lo, hi in zip(
+            tile[starts].tolist(), row_start.tolist(), ends.tolist(), strict=True
+        )
+    }
 
 
 def lower_phase(
