@@ -288,8 +288,8 @@ def _table_words(tables: list[list[Any]], addresses: list[int], allocations: Any
                 out.append(allocations[ref.buffer].address + ref.offset + word[2])
             elif word[0] == "spill":
                 out.append(address + 4 * word[1])
-            else:
-                out.append(int(word))
+            else:  # pragma: no cover - emit_program makes only these words
+                raise TypeError(f"not an operand-table word: {word!r}")
     return out
 
 
