@@ -41,6 +41,7 @@ from ipu_stack.package.format import (
     Package,
     SectionWriter,
     flat_rows,
+    without_gc,
 )
 from ipu_stack.package.tile_images import description_digest, write_images
 from ipu_stack.place.assign import Placement
@@ -103,6 +104,15 @@ def assemble_package(
     names: Mapping[str, str] | None = None,
 ) -> Package:
     """The package of a finished build (see :func:`build_package`)."""
+    # Like the build: no cyclic collector while the tables are made (no reference cycles;
+    # its full scans of the build's millions of objects would cost more than the work).
+    with without_gc():
+        return _assemble(built, parameters, names)
+
+
+def _assemble(
+    built: Build, parameters: Mapping[str, np.ndarray] | None, names: Mapping[str, str] | None
+) -> Package:
     program, placement = built.program, built.placement
     physical = [int(p) for p in placement.physical]
     names = dict(names or {})

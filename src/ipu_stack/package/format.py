@@ -43,12 +43,14 @@ kernel cache's state (hit or miss, cache paths); the printed trace still has the
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,18 @@ _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False,
     check_circular=False,
 )  # fmt: skip
+
+
+@contextmanager
+def without_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused (restored as it was) for a burst of allocations."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def canonical_json(value: Any) -> bytes:
@@ -170,7 +184,9 @@ class Package:
         from ipu_stack.outputs import OutputError, atomic_write
 
         try:
-            return atomic_write(path, self.to_bytes())
+            with without_gc():
+                blob = self.to_bytes()
+            return atomic_write(path, blob)
         except OutputError as err:
             raise PackageError(str(err)) from None
 
