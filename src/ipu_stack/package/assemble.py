@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from ipu_stack.errors import GraphError
-from ipu_stack.exchange.model import PAIRED64
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.semantics import encode_f143
 from ipu_stack.low.program import (
@@ -41,10 +41,12 @@ from ipu_stack.package.format import (
     Package,
     SectionWriter,
     flat_rows,
+    without_gc,
 )
 from ipu_stack.package.tile_images import description_digest, write_images
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
+from ipu_stack.tilecode.exchange_rows import PhaseTables, phase_tables
 from ipu_stack.trace import Trace
 
 ROLE_OF = {"host_input": "input", "parameter": "weight", "output": "output"}
@@ -102,6 +104,15 @@ def assemble_package(
     names: Mapping[str, str] | None = None,
 ) -> Package:
     """The package of a finished build (see :func:`build_package`)."""
+    # Like the build: no cyclic collector while the tables are made (no reference cycles;
+    # its full scans of the build's millions of objects would cost more than the work).
+    with without_gc():
+        return _assemble(built, parameters, names)
+
+
+def _assemble(
+    built: Build, parameters: Mapping[str, np.ndarray] | None, names: Mapping[str, str] | None
+) -> Package:
     program, placement = built.program, built.placement
     physical = [int(p) for p in placement.physical]
     names = dict(names or {})
@@ -135,12 +146,16 @@ def assemble_package(
         if role == "weight" and parameters is not None:
             data = _parameter(parameters, binding)
         start = len(slice_rows)
+        blocks: dict[tuple[int, int, int, int, bool], tuple[int, int]] = {}  # replicas
         for sh in binding.shards:
             offset, size = -1, 0
             if data is not None:
-                block = data[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
-                raw = np.ascontiguousarray(block.T if sh.transposed else block).tobytes()
-                offset, size = writer.blob_part("weights", raw), len(raw)
+                key = (sh.rows[0], sh.rows[1], sh.cols[0], sh.cols[1], bool(sh.transposed))
+                if key not in blocks:
+                    block = data[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
+                    raw = np.ascontiguousarray(block.T if sh.transposed else block).tobytes()
+                    blocks[key] = (writer.blob_part("weights", raw), len(raw))
+                offset, size = blocks[key]
             slice_rows.append((
                 physical[sh.tile], placement.address(sh.tile, sh.ref), sh.row_stride,
                 sh.rows[0], sh.rows[1], sh.cols[0], sh.cols[1], int(sh.transposed),
@@ -222,14 +237,15 @@ def _parameter(parameters: Mapping[str, np.ndarray], binding: Binding) -> np.nda
 
 def _program(
     built: Build, physical: list[int]
-) -> tuple[
-    list[dict[str, Any]], list[tuple[int, ...]], list[tuple[int, ...]], list[tuple[int, ...]]
-]:
+) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray, np.ndarray]:
+    """The program's steps and the exchange tables (transfers, destinations, pieces)."""
     placement = built.placement
+    known = built.images.phases if built.images is not None else {}
     steps: list[dict[str, Any]] = []
-    transfers: list[tuple[int, ...]] = []
-    destinations: list[tuple[int, ...]] = []
-    pieces: list[tuple[int, ...]] = []
+    transfers: list[np.ndarray] = [np.zeros((0, 5), np.int64)]
+    destinations: list[np.ndarray] = [np.zeros((0, 3), np.int64)]
+    pieces: list[np.ndarray] = [np.zeros((0, 4), np.int64)]
+    n_transfers = n_destinations = n_pieces = 0
     for index, step in enumerate(built.program.steps):
         if isinstance(step, ComputeStep):
             calls = [_call(c, placement, physical) for c in step.calls]
@@ -250,25 +266,31 @@ def _program(
         phase, schedule = built.schedules[index]
         if len(phase.transfers) != len(step.transfers):
             raise AssertionError(f"step {index}: physical phase and program disagree")
-        first, first_piece = len(transfers), len(pieces)
+        first, first_piece = n_transfers, n_pieces
         arrivals = schedule.first_arrivals
-        for i, (t, p) in enumerate(zip(step.transfers, phase.transfers, strict=True)):
-            src = placement.address(t.source_tile, t.source)
-            if (physical[t.source_tile], src) != (p.source, p.source_address):
-                raise AssertionError(f"step {index} transfer {i}: physical phase disagrees")
-            transfers.append(
-                (p.source, p.source_address, p.words, int(p.width == PAIRED64), len(destinations))
-            )
-            for j, (tile, address) in enumerate(p.destinations):
-                arrival = arrivals[i][j] if arrivals is not None else -1
-                destinations.append((tile, address, arrival))
-            g = first + i
-            pieces += [(g, pc.send_cycle, pc.offset_words, pc.words) for pc in schedule.pieces[i]]
+        tables = known.get(index) or phase_tables(phase, schedule)
+        _check_sources(index, step, tables, placement, physical)
+        count, dests = len(tables.sources), len(tables.dest_tiles)
+        transfers.append(np.stack([
+            tables.sources, tables.source_addresses, tables.words,
+            tables.paired.astype(np.int64), n_destinations + tables.dest_starts[:-1],
+        ], axis=1))  # fmt: skip
+        arrival = np.full(dests, -1, np.int64)
+        if arrivals is not None:
+            arrival = np.fromiter(chain.from_iterable(arrivals), np.int64, dests)
+        destinations.append(np.stack([tables.dest_tiles, tables.dest_addresses, arrival], axis=1))
+        pieces.append(np.stack([
+            first + tables.piece_transfer, tables.piece_cycle, tables.piece_offset,
+            tables.piece_words,
+        ], axis=1))  # fmt: skip
+        n_transfers += count
+        n_destinations += dests
+        n_pieces += len(tables.piece_transfer)
         steps.append({
             "kind": "exchange",
             "label": step.label,
-            "transfers": [first, len(transfers) - first],
-            "pieces": [first_piece, len(pieces) - first_piece],
+            "transfers": [first, n_transfers - first],
+            "pieces": [first_piece, n_pieces - first_piece],
             "schedule": {
                 "horizon": int(schedule.horizon),
                 "kind": schedule.kind,
@@ -276,7 +298,27 @@ def _program(
                 "first_arrivals": arrivals is not None,
             },
         })  # fmt: skip
-    return steps, transfers, destinations, pieces
+    return (
+        steps,
+        np.concatenate(transfers),
+        np.concatenate(destinations),
+        np.concatenate(pieces),
+    )
+
+
+def _check_sources(
+    index: int, step: Any, tables: PhaseTables, placement: Placement, physical: list[int]
+) -> None:
+    """The physical phase sends what the program's step says (tile and address)."""
+    tiles = [physical[t.source_tile] for t in step.transfers]
+    addresses = [placement.address(t.source_tile, t.source) for t in step.transfers]
+    bad = (np.asarray(tiles, np.int64) != tables.sources) | (
+        np.asarray(addresses, np.int64) != tables.source_addresses
+    )
+    if bad.any():
+        raise AssertionError(
+            f"step {index} transfer {int(np.argmax(bad))}: physical phase disagrees"
+        )
 
 
 def _call(call: KernelCall, placement: Placement, physical: list[int]) -> list[Any]:

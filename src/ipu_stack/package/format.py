@@ -43,12 +43,14 @@ kernel cache's state (hit or miss, cache paths); the printed trace still has the
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,11 +97,29 @@ def flat_rows(shape: Iterable[int]) -> tuple[int, int]:
     return (math.prod(dims[:-1]) if len(dims) > 1 else 1, dims[-1])
 
 
+# one encoder for every call (what ``json.dumps`` with these options builds each time);
+# the values are trees (no reference cycles), so the cycle check is left out
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False,
+    check_circular=False,
+)  # fmt: skip
+
+
+@contextmanager
+def without_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused (restored as it was) for a burst of allocations."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def canonical_json(value: Any) -> bytes:
     """The one byte form of a JSON value: sorted keys, no whitespace, ASCII only."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    ).encode("ascii")
+    return _CANONICAL.encode(value).encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +184,9 @@ class Package:
         from ipu_stack.outputs import OutputError, atomic_write
 
         try:
-            return atomic_write(path, self.to_bytes())
+            with without_gc():
+                blob = self.to_bytes()
+            return atomic_write(path, blob)
         except OutputError as err:
             raise PackageError(str(err)) from None
 
@@ -237,8 +259,10 @@ def _digest(header_head: bytes, body: bytes) -> bytes:
 
 def _seal(version: int, manifest: bytes, data: bytes) -> bytes:
     head = HEADER.pack(MAGIC, version, HEADER_SIZE, len(manifest), len(data), b"\0" * 32)[:32]
-    digest = _digest(head, manifest + data)
-    return head + digest + manifest + data
+    h = hashlib.sha256(head)
+    h.update(manifest)
+    h.update(data)  # hashed in place: the file is joined once
+    return b"".join((head, h.digest(), manifest, data))
 
 
 def reseal(blob: bytes, version: int | None = None) -> bytes:

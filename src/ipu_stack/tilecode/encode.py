@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from ipu_stack.errors import IpuStackError
 from ipu_stack.tilecode.isa_table import FORMS, SIGNED_FIELDS
 
@@ -63,3 +67,32 @@ def delay_words(events: int) -> list[int]:
         out.append(encode("delay", events_m1=step - 1))
         events -= step
     return out
+
+
+def encode_many(mnemonic: str, **values: Any) -> np.ndarray:
+    """The words of ``mnemonic`` for arrays of field values (broadcast), as ``int64``.
+
+    The vectorised :func:`encode`: the same table, the same range checks (the first value out
+    of range is named), one NumPy bit-field pass over all the words.
+
+    Raises:
+        EncodeError: unknown mnemonic, a missing or unknown field, or a value out of range.
+    """
+    entry = _RANGES.get(mnemonic)
+    if entry is None:
+        raise EncodeError(f"no instruction {mnemonic!r}")
+    opcode, fields = entry
+    extra = sorted(set(values) - {f[0] for f in fields})
+    if extra:
+        raise EncodeError(f"{mnemonic}: unknown field {extra[0]!r}")
+    word: np.ndarray = np.asarray(opcode, dtype=np.int64)
+    for name, shift, mask, lo, hi in fields:
+        if name not in values:
+            raise EncodeError(f"{mnemonic}: field {name!r} missing")
+        value = np.asarray(values[name], dtype=np.int64)
+        bad = (value < lo) | (value > hi)
+        if bad.any():
+            first = int(value.reshape(-1)[int(np.argmax(bad.reshape(-1)))])
+            raise EncodeError(f"{mnemonic}: {name}={first} outside {lo}..{hi}")
+        word = word | ((value & mask) << shift)
+    return np.asarray(word, dtype=np.int64)

@@ -15,20 +15,27 @@ Gaps are ``delay``s; a gap longer than a control's event field (``delaypic`` 128
 begin ``ROW_LEAD`` cycles before the schedule's cycle 0 so a window at cycle 0 can have its
 pointer set. A phase that cannot be encoded (receive windows overlapping on one tile) raises
 :class:`EncodeError` naming the tile and cycle; nothing is encoded wrongly.
+
+The whole phase is encoded at once with NumPy (:func:`encode_rows` on the flat
+:class:`PhaseTables`): events of every tile sorted together, word fields packed by
+:func:`ipu_stack.tilecode.encode.encode_many`. A PIC write goes in the latest cycle from the
+previous window's last arrival to the one before its window's first that holds no XPIC write
+(else that latest cycle, shared as a ``sendpicp``); these ranges are disjoint per tile.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import chain
 
 import numpy as np
 
-from ipu_stack.exchange.model import PAIRED64, ExchangePhase, PhaseSchedule, phase_arrays
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, phase_arrays
 from ipu_stack.target import topology
 from ipu_stack.target.ipu21 import WORD_BYTES
-from ipu_stack.tilecode.encode import EncodeError, delay_words, encode
+from ipu_stack.tilecode.encode import EncodeError, encode, encode_many
 from ipu_stack.tilecode.isa_table import (
+    FORMS,
     LINK_REGISTER,
     MUX_NONE,
     PIC_POINTER,
@@ -40,114 +47,356 @@ ROW_LEAD = 2  # row cycles before the schedule's cycle 0 (assumed, see module do
 SEND_ITEMS_MAX = 64  # facts §8.5: a send covers at most 64 words (items)
 PIC_EVENTS_MAX = 1 << 7  # facts §9.1: 7-bit events - 1
 XPIC_EVENTS_MAX = 1 << 12  # facts §9.1: 12-bit events - 1
-_CONTROL, _SEND = 0, 1
+DELAY_EVENTS_MAX = 1 << 19  # facts §9.1: a delay waits at most 0x80000 events
+_XPIC, _PIC, _PICP, _SEND = 0, 1, 2, 3  # event kinds; controls sort before a send's cycle
+_TILE_SHIFT = 40  # (tile << 40) | row cycle: one sortable key per tile and cycle
+
+IntArray = np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
-    """Cycles ``[start, end)`` in which a tile receives from ``source`` at ``pointer``."""
+class PhaseTables:
+    """A scheduled phase as flat arrays (what the row encoder reads; addresses in bytes)."""
 
-    start: int
-    end: int
-    source: int
-    pointer: int  # word address
-    paired: bool
+    sources: IntArray  # per transfer: source tile
+    source_addresses: IntArray  # per transfer
+    words: IntArray  # per transfer
+    paired: np.ndarray  # per transfer (bool)
+    sctl: IntArray  # per transfer: direction bits of its destinations | SCTL_PAIRED
+    dest_starts: IntArray  # per transfer + 1: its first destination
+    dest_tiles: IntArray  # per destination
+    dest_addresses: IntArray  # per destination
+    latency: IntArray  # per destination: cycles from send to arrival
+    piece_transfer: IntArray  # per piece (transfer order, then piece order)
+    piece_cycle: IntArray
+    piece_offset: IntArray  # words into the transfer
+    piece_words: IntArray
+
+    def shifted(self, source_shift: IntArray, dest_shift: IntArray) -> PhaseTables:
+        """The same schedule with every source / destination address moved by its shift."""
+        return replace(
+            self,
+            source_addresses=self.source_addresses + source_shift,
+            dest_addresses=self.dest_addresses + dest_shift,
+        )
 
 
-def _events(
-    phase: ExchangePhase, schedule: PhaseSchedule
-) -> tuple[dict[int, list[tuple[int, int, int, int]]], dict[int, list[Window]]]:
-    """Send events ``(cycle, items, word address, sctl)`` and receive windows, per tile."""
-    sends: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
-    windows: dict[int, list[Window]] = defaultdict(list)
+def phase_tables(phase: ExchangePhase, schedule: PhaseSchedule) -> PhaseTables:
+    """The :class:`PhaseTables` of ``phase`` scheduled by ``schedule``."""
     arrays = phase_arrays(phase)
     owner = arrays.destination_transfers
     src = arrays.sources[owner]
     dst = arrays.destination_tiles
-    paired_d = arrays.paired[owner]
-    lat = np.where(
-        paired_d,
+    paired = arrays.paired
+    latency = np.where(
+        paired[owner],
         topology.paired_exchange_latency(src, dst),
         topology.exchange_latency(src, dst),
-    ).tolist()
-    direction = np.asarray(topology.direction(src, dst), np.int64)
-    sctls = np.zeros(len(phase.transfers), np.int64)
-    np.bitwise_or.at(sctls, owner, direction)
-    starts = arrays.destination_starts.tolist()
-    for i, (transfer, pieces) in enumerate(zip(phase.transfers, schedule.pieces, strict=True)):
-        paired = transfer.width == PAIRED64
-        wpi = 2 if paired else 1
-        sctl = int(sctls[i]) | (SCTL_PAIRED if paired else 0)
-        latency = lat[starts[i] : starts[i + 1]]
-        for piece in pieces:
-            items = piece.words // wpi
-            base = transfer.source_address // WORD_BYTES + piece.offset_words
-            for k in range(0, items, SEND_ITEMS_MAX):
-                n = min(SEND_ITEMS_MAX, items - k)
-                sends[transfer.source].append((piece.send_cycle + k, n, base + k * wpi, sctl))
-            for (tile, address), delay in zip(transfer.destinations, latency, strict=True):
-                start = piece.send_cycle + delay
-                pointer = address // WORD_BYTES + piece.offset_words
-                windows[tile].append(Window(start, start + items, transfer.source, pointer, paired))
-    return sends, windows
+    )
+    sctl = np.zeros(len(phase.transfers), np.int64)
+    np.bitwise_or.at(sctl, owner, np.asarray(topology.direction(src, dst), np.int64))
+    sctl |= np.where(paired, SCTL_PAIRED, 0)
+    counts = np.fromiter(map(len, schedule.pieces), np.int64, len(schedule.pieces))
+    total = int(counts.sum())
+    flat = list(chain.from_iterable(schedule.pieces))
+    return PhaseTables(
+        sources=arrays.sources,
+        source_addresses=arrays.source_addresses,
+        words=arrays.words,
+        paired=paired,
+        sctl=sctl,
+        dest_starts=arrays.destination_starts,
+        dest_tiles=dst,
+        dest_addresses=arrays.destination_addresses,
+        latency=np.asarray(latency, np.int64),
+        piece_transfer=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
+        piece_cycle=np.fromiter((p.send_cycle for p in flat), np.int64, total),
+        piece_offset=np.fromiter((p.offset_words for p in flat), np.int64, total),
+        piece_words=np.fromiter((p.words for p in flat), np.int64, total),
+    )
 
 
-def _controls(
-    tile: int, windows: list[Window], merge_pointers: bool
-) -> list[tuple[int, str, tuple[int, ...]]]:
-    """Control writes ``(row cycle, mnemonic, arguments)`` for one tile's receive windows.
+def _expand(counts: IntArray) -> tuple[IntArray, IntArray]:
+    """``(owner, k)`` for ``k in range(counts[owner])`` over every owner, in order."""
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    first = np.cumsum(counts) - counts
+    return owner, np.arange(len(owner), dtype=np.int64) - first[owner]
 
-    The XPIC at a window's first cycle selects the source (selector 1 for 64-bit paired items,
-    assumed); one selecting no source follows at its end unless the next window starts there.
-    A window whose
-    first word lands where the previous one's pointer has advanced to needs no PIC write
-    (``merge_pointers``; off in loop bodies, whose rows must have the same size every
-    iteration).
+
+def _items(t: PhaseTables) -> tuple[IntArray, IntArray]:
+    """Per piece: items (64-bit items count as one) and words per item."""
+    wpi = np.where(t.paired, 2, 1)[t.piece_transfer]
+    items = t.piece_words // wpi
+    if len(items) and int(items.min()) < 1:
+        k = int(np.argmax(items < 1))
+        raise EncodeError(
+            f"transfer {int(t.piece_transfer[k])}: a piece of {int(t.piece_words[k])} words "
+            "holds no item; the phase cannot be encoded"
+        )
+    return items, wpi
+
+
+def _sends(t: PhaseTables, items: IntArray, wpi: IntArray) -> dict[str, IntArray]:
+    """Send events: every piece in chunks of at most ``SEND_ITEMS_MAX`` items."""
+    piece, k = _expand((items + SEND_ITEMS_MAX - 1) // SEND_ITEMS_MAX)
+    transfer = t.piece_transfer[piece]
+    first = k * SEND_ITEMS_MAX
+    base = t.source_addresses[transfer] // WORD_BYTES + t.piece_offset[piece]
+    words = encode_many(
+        "send",
+        count_m1=np.minimum(SEND_ITEMS_MAX, items[piece] - first) - 1,
+        word_address=base + first * wpi[piece],
+        sctl=t.sctl[transfer],
+    )
+    return {
+        "tile": t.sources[transfer],
+        "cycle": t.piece_cycle[piece] + first + ROW_LEAD,
+        "word0": words,
+    }
+
+
+def _windows(t: PhaseTables, items: IntArray) -> dict[str, IntArray]:
+    """Receive windows of every destination tile, sorted by tile then first cycle (stable)."""
+    fanout = np.diff(t.dest_starts)[t.piece_transfer]
+    piece, j = _expand(fanout)
+    transfer = t.piece_transfer[piece]
+    dest = t.dest_starts[transfer] + j
+    start = t.piece_cycle[piece] + t.latency[dest]
+    tile = t.dest_tiles[dest]
+    order = _sort_by_tile(tile, start, 0)
+    if order is None:  # windows sharing a first cycle (they overlap: an error below)
+        order = np.lexsort((start, tile))
+    piece, transfer, dest = piece[order], transfer[order], dest[order]
+    start = start[order]
+    return {
+        "tile": tile[order],
+        "start": start,
+        "end": start + items[piece],
+        "source": t.sources[transfer],
+        "pointer": t.dest_addresses[dest] // WORD_BYTES + t.piece_offset[piece],
+        "paired": t.paired[transfer].astype(np.int64),
+    }
+
+
+def _check_overlaps(w: dict[str, IntArray]) -> None:
+    same = w["tile"][1:] == w["tile"][:-1]
+    bad = same & (w["start"][1:] < w["end"][:-1])
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise EncodeError(
+            f"tile {int(w['tile'][k + 1])}: receive windows overlap at cycle "
+            f"{int(w['start'][k + 1])} (sources {int(w['source'][k])} and "
+            f"{int(w['source'][k + 1])}); the phase cannot be encoded"
+        )
+
+
+def _member(keys: IntArray, sorted_keys: IntArray) -> np.ndarray:
+    at = np.minimum(np.searchsorted(sorted_keys, keys), max(len(sorted_keys) - 1, 0))
+    return sorted_keys[at] == keys if len(sorted_keys) else np.zeros(len(keys), bool)
+
+
+def _controls(w: dict[str, IntArray], merge_pointers: bool) -> dict[str, IntArray]:
+    """Control events (XPIC, PIC, shared ``sendpicp``) of every tile's receive windows.
+
+    The XPIC at a window's first cycle selects the source (selector 1 for 64-bit paired
+    items, assumed); one selecting no source follows at its end unless the next window starts
+    there. A window whose first word lands where the previous one's pointer has advanced to
+    needs no PIC write (``merge_pointers``; off in loop bodies, whose rows must have the same
+    size every iteration).
     """
-    windows = sorted(windows, key=lambda w: w.start)
-    fixed: dict[int, tuple[str, int, int]] = {}
-    for i, w in enumerate(windows):
-        if i and w.start < windows[i - 1].end:
-            raise EncodeError(
-                f"tile {tile}: receive windows overlap at cycle {w.start} (sources "
-                f"{windows[i - 1].source} and {w.source}); the phase cannot be encoded"
-            )
-        fixed[w.start + ROW_LEAD] = ("delayxpic", XPIC_PAIRED if w.paired else 0, w.source)
-        following = windows[i + 1].start if i + 1 < len(windows) else None
-        if following != w.end:  # a selected source must deliver every cycle (a fault if not)
-            fixed[w.end + ROW_LEAD] = ("delayxpic", 0, MUX_NONE)
-    pics: dict[int, int] = {}
-    previous: Window | None = None
-    for w in windows:
-        if previous is not None and merge_pointers:
-            wpi = 2 if previous.paired else 1
-            if w.pointer == previous.pointer + (previous.end - previous.start) * wpi:
-                previous = w
-                continue  # the pointer has advanced to this window's first word already
-        # a PIC write acts from the next cycle: any cycle from the previous window's last
-        # arrival to the one before this window's first; one holding an XPIC write is shared
-        # with it (a directionless sendpicp writes both)
-        low = 1 if previous is None else previous.end - 1 + ROW_LEAD
-        cycle = next((c for c in range(w.start - 1 + ROW_LEAD, low - 1, -1)
-                      if c not in pics and c not in fixed), None)  # fmt: skip
-        if cycle is None:
-            cycle = next((c for c in range(w.start - 1 + ROW_LEAD, low - 1, -1)
-                          if c not in pics), None)  # fmt: skip
-        if cycle is None:  # pragma: no cover - windows hold >= 1 word, so ranges are disjoint
-            raise EncodeError(
-                f"tile {tile}: no cycle for the pointer of the receive window at cycle "
-                f"{w.start} (from tile {w.source}); the phase cannot be encoded"
-            )
-        pics[cycle] = w.pointer
-        previous = w
-    out: list[tuple[int, str, tuple[int, ...]]] = []
-    for c, (_, sel, value) in fixed.items():
-        if c in pics:
-            out.append((c, "sendpicp", (sel, value, pics.pop(c))))
-        else:
-            out.append((c, "delayxpic", (sel, value)))
-    out += [(c, "delaypic", (PIC_POINTER, value)) for c, value in pics.items()]
-    return out
+    tile, start, end = w["tile"], w["start"], w["end"]
+    count = len(tile)
+    first = np.ones(count, bool)
+    first[1:] = tile[1:] != tile[:-1]
+    last = np.ones(count, bool)
+    last[:-1] = first[1:]
+    follows = np.zeros(count, bool)  # the next window starts where this one ends
+    follows[:-1] = ~last[:-1] & (start[1:] == end[:-1])
+    closing = ~follows
+    x_tile = np.concatenate([tile, tile[closing]])
+    x_cycle = np.concatenate([start, end[closing]]) + ROW_LEAD
+    x_sel = np.concatenate([w["paired"] * XPIC_PAIRED, np.zeros(int(closing.sum()), np.int64)])
+    x_value = np.concatenate([w["source"], np.full(int(closing.sum()), MUX_NONE, np.int64)])
+    x_key = (x_tile << _TILE_SHIFT) | x_cycle
+    fixed = np.sort(x_key)
+
+    prev_end = np.roll(end, 1)
+    needed = np.ones(count, bool)
+    if merge_pointers and count:
+        wpi = 1 + w["paired"]
+        advanced = np.roll(w["pointer"] + (end - start) * wpi, 1)
+        needed = first | (w["pointer"] != advanced)
+    low = np.where(first, 1, prev_end - 1 + ROW_LEAD)[needed]
+    high = start[needed] - 1 + ROW_LEAD
+    p_tile = tile[needed]
+    cycle = high.copy()
+    while True:  # the latest cycle in [low, high] without an XPIC write
+        busy = (cycle >= low) & _member((p_tile << _TILE_SHIFT) | cycle, fixed)
+        if not busy.any():
+            break
+        cycle -= busy
+    cycle = np.where(cycle < low, high, cycle)  # none free: share the latest one
+    p_key = (p_tile << _TILE_SHIFT) | cycle
+    p_pointer = w["pointer"][needed]
+
+    shared_x = _member(x_key, np.sort(p_key))
+    x_pointer = np.zeros(len(x_key), np.int64)
+    if shared_x.any():
+        by_key = np.argsort(p_key)
+        x_pointer[shared_x] = p_pointer[by_key[np.searchsorted(p_key[by_key], x_key[shared_x])]]
+    alone = ~_member(p_key, fixed)
+    n_alone = int(alone.sum())
+    # the controls' words, events 1 (``encode_rows`` adds the waits once rows are ordered)
+    xpic = encode_many("delayxpic", events_m1=0, sel=x_sel, value=x_value)
+    pic = encode_many("delaypic", events_m1=0, sel=PIC_POINTER, value=p_pointer[alone])
+    picp = encode("sendpicp", picsel=PIC_POINTER, count_m1=0, word_address=0, sctl=0)
+    word1 = np.zeros(len(x_key) + n_alone, np.int64)
+    word1[: len(x_key)][shared_x] = encode_many(
+        "picword", xpic=(x_sel[shared_x] << 13) | x_value[shared_x], pic=x_pointer[shared_x]
+    )
+    return {
+        "tile": np.concatenate([x_tile, p_tile[alone]]),
+        "cycle": np.concatenate([x_cycle, cycle[alone]]),
+        "kind": np.concatenate([np.where(shared_x, _PICP, _XPIC), np.full(n_alone, _PIC)]),
+        "word0": np.concatenate([np.where(shared_x, picp, xpic), pic]),
+        "word1": word1,
+    }
+
+
+def _events(sends: dict[str, IntArray], controls: dict[str, IntArray]) -> dict[str, IntArray]:
+    """Every event of the phase, per tile in row order (a control before a send of its cycle)."""
+    n_send = len(sends["tile"])
+    e = {
+        "tile": np.concatenate([controls["tile"], sends["tile"]]),
+        "cycle": np.concatenate([controls["cycle"], sends["cycle"]]),
+        "kind": np.concatenate([controls["kind"], np.full(n_send, _SEND, np.int64)]),
+        "word0": np.concatenate([controls["word0"], sends["word0"]]),
+        "word1": np.concatenate([controls["word1"], np.zeros(n_send, np.int64)]),
+    }
+    is_send = (e["kind"] == _SEND).astype(np.int64)
+    order = _sort_by_tile(e["tile"], e["cycle"], is_send)
+    if order is None:  # sends sharing a cycle (not from a valid schedule): by their words,
+        # i.e. by (items, address, sctl), the fields' order in a send word
+        order = np.lexsort((e["word0"], is_send, e["cycle"], e["tile"]))
+    return {k: v[order] for k, v in e.items()}
+
+
+def _sort_by_tile(tile: IntArray, cycle: IntArray, last: IntArray | int) -> IntArray | None:
+    """The order by ``(tile, cycle, last)`` (``last`` 0 or 1) from one int64 key; None when
+    two items share a key or a cycle does not fit it (the caller sorts those its own way)."""
+    if len(tile) and (int(cycle.min()) < 0 or int(cycle.max()) >= 1 << (_TILE_SHIFT - 1)):
+        return None
+    key = (tile << _TILE_SHIFT) | (cycle << 1) | last
+    order = np.argsort(key)
+    ordered = key[order]
+    if len(ordered) > 1 and bool((ordered[1:] == ordered[:-1]).any()):
+        return None
+    return order
+
+
+def _delays(events: IntArray) -> tuple[IntArray, IntArray]:
+    """Per wait: the number of ``delay`` words and the last one's word (the others are full)."""
+    count = (events + DELAY_EVENTS_MAX - 1) // DELAY_EVENTS_MAX
+    rest = events - np.maximum(count - 1, 0) * DELAY_EVENTS_MAX
+    last = encode_many("delay", events_m1=np.where(count > 0, rest - 1, 0))
+    return count, last
+
+
+def _field_shift(mnemonic: str, name: str) -> int:
+    return next(shift for field, shift, _ in FORMS[mnemonic].fields if field == name)
+
+
+_EVENTS_SHIFT = {
+    _XPIC: _field_shift("delayxpic", "events_m1"),
+    _PIC: _field_shift("delaypic", "events_m1"),
+}
+
+
+def encode_rows(t: PhaseTables, merge_pointers: bool = True) -> dict[int, np.ndarray]:
+    """Every tile's encoded row for one phase given as :class:`PhaseTables` (see
+    :func:`lower_phase`)."""
+    items, wpi = _items(t)
+    windows = _windows(t, items)
+    _check_overlaps(windows)
+    e = _events(_sends(t, items, wpi), _controls(windows, merge_pointers))
+    tile, cycle, kind = e["tile"], e["cycle"], e["kind"]
+    count = len(tile)
+    if not count:
+        return {}
+    first = np.ones(count, bool)
+    first[1:] = tile[1:] != tile[:-1]
+    gap = cycle - np.where(first, 0, np.roll(cycle, 1))
+    control = (kind == _XPIC) | (kind == _PIC)
+    if (control & (gap < 1)).any():  # pragma: no cover - controls get distinct cycles >= 1
+        k = int(np.argmax(control & (gap < 1)))
+        raise EncodeError(f"tile {int(tile[k])}: two controls at row cycle {int(cycle[k])}")
+    limit = np.where(kind == _PIC, PIC_EVENTS_MAX, XPIC_EVENTS_MAX)
+    wait = np.where(control, np.minimum(gap, limit), 0)
+    delays, last_delay = _delays(gap - wait)
+    mains = np.where(kind == _PICP, 2, 1)
+    pad = _sendpicp_pads(first, kind == _PICP, delays + mains, delays)
+    # a control waits ``wait`` events: events - 1 in its field (within it: wait <= limit)
+    shift = np.where(kind == _PIC, _EVENTS_SHIFT[_PIC], _EVENTS_SHIFT[_XPIC])
+    main0 = e["word0"] + np.where(control, (wait - 1) << shift, 0)
+    return _assemble_rows(tile, first, delays, last_delay, pad, mains, main0, e["word1"])
+
+
+def _sendpicp_pads(
+    first: np.ndarray, picp: np.ndarray, counts: IntArray, delays: IntArray
+) -> IntArray:
+    """1 where a ``sendpicp`` needs a padding word to start on an 8-byte boundary (facts §8.5).
+
+    A row starts aligned and each ``sendpicp`` ends aligned, so the parity before one is that
+    of the words since the row's start or the previous ``sendpicp``.
+    """
+    before = np.cumsum(counts) - counts  # words before each event, pads left out
+    reset = first.copy()
+    reset[1:] |= picp[:-1]
+    since = np.maximum.accumulate(np.where(reset, np.arange(len(first)), 0))
+    return (picp & (((before - before[since] + delays) & 1) == 1)).astype(np.int64)
+
+
+def _assemble_rows(
+    tile: IntArray,
+    first: np.ndarray,
+    delays: IntArray,
+    last_delay: IntArray,
+    pad: IntArray,
+    mains: IntArray,
+    main0: IntArray,
+    main1: IntArray,
+) -> dict[int, np.ndarray]:
+    """The words of every event, each tile's row closed by ``br $m10`` (and a 0 to stay
+    8-byte aligned), split into rows by tile: each word scattered to its place."""
+    starts = np.flatnonzero(first)
+    per_event = delays + pad + mains
+    tile_words = np.add.reduceat(per_event, starts)
+    row_length = tile_words + 1 + ((tile_words + 1) & 1)
+    row_start = np.cumsum(row_length) - row_length
+    group = np.cumsum(first) - 1  # each event's row
+    before = np.cumsum(per_event) - per_event
+    at = row_start[group] + before - before[starts][group]  # each event's first word
+    words = np.zeros(int(row_length.sum()), np.uint32)  # a row's closing pad stays 0
+    main_at = at + delays + pad
+    words[main_at] = main0
+    two = mains == 2
+    words[main_at[two] + 1] = main1[two]
+    padded = pad == 1
+    words[(at + delays)[padded]] = encode("send", count_m1=0, word_address=0, sctl=0)
+    waits = delays > 0
+    words[(at + delays - 1)[waits]] = last_delay[waits]
+    full = delays > 1  # waits beyond one delay: full delays before the last one
+    if full.any():
+        event, k = _expand(delays[full] - 1)
+        words[at[full][event] + k] = encode("delay", events_m1=DELAY_EVENTS_MAX - 1)
+    words[row_start + tile_words] = encode("br", reg=LINK_REGISTER)
+    ends = row_start + row_length
+    return {
+        name: words[lo:hi]
+        for name, lo, hi in zip(
+            tile[starts].tolist(), row_start.tolist(), ends.tolist(), strict=True
+        )
+    }
 
 
 def lower_phase(
@@ -160,42 +409,4 @@ def lower_phase(
     Raises:
         EncodeError: the phase cannot be encoded within the field limits (names tile, cycle).
     """
-    sends, windows = _events(phase, schedule)
-    rows: dict[int, np.ndarray] = {}
-    for tile in sorted(set(sends) | set(windows)):
-        controls = _controls(tile, windows.get(tile, []), merge_pointers)
-        events: list[tuple[int, int, tuple[int, ...], str]] = [
-            (c, _CONTROL, args, mnemonic) for c, mnemonic, args in controls
-        ]
-        events += [(c + ROW_LEAD, _SEND, (n, a, s), "send") for c, n, a, s in sends.get(tile, [])]
-        events.sort()
-        words: list[int] = []
-        clock = 0
-        for cycle, order, args, mnemonic in events:
-            gap = cycle - clock
-            if order == _SEND:
-                words += delay_words(gap)
-                n, address, sctl = args
-                words.append(encode("send", count_m1=n - 1, word_address=address, sctl=sctl))
-            elif mnemonic == "sendpicp":
-                words += delay_words(gap)
-                if len(words) % 2:  # the prefix starts on an 8-byte boundary (facts §8.5)
-                    words.append(encode("send", count_m1=0, word_address=0, sctl=0))
-                xsel, xvalue, pointer = args
-                words.append(encode("sendpicp", picsel=PIC_POINTER, count_m1=0, word_address=0,
-                                    sctl=0))  # fmt: skip
-                words.append(encode("picword", xpic=(xsel << 13) | xvalue, pic=pointer))
-            else:
-                if gap < 1:  # pragma: no cover - controls get distinct cycles >= 1
-                    raise EncodeError(f"tile {tile}: two controls at row cycle {cycle}")
-                limit = PIC_EVENTS_MAX if mnemonic == "delaypic" else XPIC_EVENTS_MAX
-                wait = min(gap, limit)
-                words += delay_words(gap - wait)
-                sel, value = args
-                words.append(encode(mnemonic, events_m1=wait - 1, sel=sel, value=value))
-            clock = cycle
-        words.append(encode("br", reg=LINK_REGISTER))
-        if len(words) % 2:  # rows stay 8-byte aligned one after another
-            words.append(0)
-        rows[tile] = np.asarray(words, dtype=np.uint32)
-    return rows
+    return encode_rows(phase_tables(phase, schedule), merge_pointers)

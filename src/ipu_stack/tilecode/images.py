@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import PlanError
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, Transfer
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.low.program import ExchangeStep, LowProgram, Ref, RepeatStep
 from ipu_stack.place.assign import Placement
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.encode import EncodeError, encode
-from ipu_stack.tilecode.exchange_rows import lower_phase
+from ipu_stack.tilecode.exchange_rows import PhaseTables, encode_rows, phase_tables
 from ipu_stack.tilecode.supervisor import (
     ADD_MAX,
     ROW_STRIDE_ADDS,
@@ -55,6 +55,7 @@ class TileImages:
 
     tiles: list[TileImage]
     linked: Linked
+    phases: dict[int, PhaseTables] = field(default_factory=dict)  # exchange step -> tables
 
     def largest_rows(self) -> TileImage:
         """The tile with the most encoded row bytes."""
@@ -76,21 +77,34 @@ class TileImages:
         }
 
 
-def _shifted(phase: ExchangePhase, step: ExchangeStep, repeat: RepeatStep, i: int,
-             physical: np.ndarray) -> ExchangePhase:  # fmt: skip
-    """The phase of loop iteration ``i``: iterated buffers advanced by ``i`` x stride."""
-    if i == 0 or not repeat.iterated:
-        return phase
-    inv = {int(p): t for t, p in enumerate(physical)}
-    out = []
-    for lt, t in zip(step.transfers, phase.transfers, strict=True):
-        src = t.source_address + i * repeat.iterated.get((lt.source_tile, lt.source.buffer), 0)
-        dests = tuple(
-            (tile, address + i * repeat.iterated.get((inv[tile], ref.buffer), 0))
-            for (tile, address), (_, ref) in zip(t.destinations, lt.destinations, strict=True)
-        )
-        out.append(Transfer(t.source, src, dests, t.words, t.width))
-    return ExchangePhase(tuple(out), phase.tile_count)
+def _shifts(
+    tables: PhaseTables, step: ExchangeStep, repeat: RepeatStep
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per transfer and per destination: the bytes an iteration advances its address by
+    (the stride of the iterated buffer it reads or writes, 0 for the others)."""
+    # the physical phase is the step's transfers with tiles renumbered (place/assign.py
+    # physical_phase): its destinations are the step's, in order, at physical[tile]
+    strides = repeat.iterated
+    get = strides.get
+    source = [get((lt.source_tile, lt.source.buffer), 0) for lt in step.transfers]
+    names = {buffer for _, buffer in strides}
+    dest = [
+        get((tile, ref.buffer), 0) if ref.buffer in names else 0
+        for lt in step.transfers
+        for tile, ref in lt.destinations
+    ]
+    if len(dest) != len(tables.dest_tiles):  # pragma: no cover
+        raise AssertionError("physical phase and program disagree")
+    return np.asarray(source, np.int64), np.asarray(dest, np.int64)
+
+
+class ExchangeRows(dict[tuple[int, int], dict[int, np.ndarray]]):
+    """Rows by ``(step, iteration)``; ``tables`` keeps each step's :class:`PhaseTables` (the
+    package's exchange tables are written from them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[int, PhaseTables] = {}
 
 
 def lower_exchanges(
@@ -103,17 +117,24 @@ def lower_exchanges(
     Raises:
         PlanError: a phase cannot be encoded (the encoder's message, with the step).
     """
-    out: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+    out = ExchangeRows()
     repeat_of = _repeats(program)
     for index, step in enumerate(program.steps):
         if not isinstance(step, ExchangeStep):
             continue
         phase, schedule = schedules[index]
         repeat = repeat_of.get(index)
+        tables = out.tables[index] = phase_tables(phase, schedule)
+        shifts = None
+        if repeat is not None and repeat.iterated:
+            shifts = _shifts(tables, step, repeat)
         for i in range(repeat.count if repeat else 1):
-            shifted = _shifted(phase, step, repeat, i, placement.physical) if repeat else phase
+            # iteration i: iterated buffers advanced by i x stride
+            shifted = tables
+            if shifts is not None and i:
+                shifted = tables.shifted(i * shifts[0], i * shifts[1])
             try:
-                out[(index, i)] = lower_phase(shifted, schedule, merge_pointers=repeat is None)
+                out[(index, i)] = encode_rows(shifted, merge_pointers=repeat is None)
             except EncodeError as err:
                 raise PlanError(f"lower_exchanges: step {index} iteration {i}: {err}") from None
     return out
@@ -179,19 +200,18 @@ def build_tile_images(
     """
     rows = rows if rows is not None else lower_exchanges(program, placement, schedules)
     linked = linked if linked is not None else link_runtime(program, gemm_symbols)
-    occurrences = _occurrences(program)
+    rows_of = _rows_by_tile(program, rows)
     by_tile = calls_by_tile(program)
+    loops = _loop_lookups(program)
     support_base = ipu21.EXECUTABLE_LIMIT - reservation
     images = []
     for logical in range(program.tile_count):
         physical = int(placement.physical[logical])
         numbered = {}
         row_words: list[np.ndarray] = []
-        for occurrence in occurrences:
-            words = rows[occurrence].get(physical)
-            if words is not None:
-                numbered[occurrence] = len(row_words)
-                row_words.append(words)
+        for occurrence, words in rows_of.get(physical, ()):
+            numbered[occurrence] = len(row_words)
+            row_words.append(words)
         ops, tables, strides = emit_program(
             logical, program, linked, gemm_symbols, numbered, by_tile.get(logical, {})
         )
@@ -203,7 +223,7 @@ def build_tile_images(
             cursor += 4 * len(words)
         row_bytes = cursor - support_base
         code_base = cursor + ipu21.ROW_GUARD_BYTES
-        code_words = sum(_size(op) for op in ops)
+        labels, code_words = _labels(ops, code_base)
         table_base = code_base + 4 * code_words
         table_address = []
         cursor = table_base
@@ -219,24 +239,19 @@ def build_tile_images(
                 f"reservation holds {reservation} bytes [{support_base:#x}, "
                 f"{ipu21.EXECUTABLE_LIMIT:#x})"
             )
-        labels = _labels(ops, code_base)
         for n, address in enumerate(row_address):
             labels[("row", n)] = address
         for n, address in enumerate(table_address):
             labels[("table", n)] = address
         for index, (table_stride, _) in strides.items():
-            first = [n for (s, i), n in numbered.items() if i == 0 and _in_body(program, index, s)]
+            first = [n for (s, i), n in numbered.items() if i == 0 and loops.body.get(s) == index]
             labels[("rowbase", index)] = row_address[min(first)] if first else 0
             stride = 0
             if first:
                 stride = sum(4 * len(row_words[n]) for n in first)
             strides[index] = (table_stride, stride)
-        code = _assemble(ops, labels, strides, physical, program, numbered, row_address)
-        table_data = [
-            _table_word(w, placement, logical, address)
-            for t, address in zip(tables, table_address, strict=True)
-            for w in t
-        ]
+        code = _assemble(ops, labels, strides, physical, loops, row_address)
+        table_data = _table_words(tables, table_address, placement.allocations[logical])
         stub = [
             encode("setzi", reg=0, imm=code_base),
             encode("br", reg=0),
@@ -246,46 +261,81 @@ def build_tile_images(
         image.segments.append(
             (ipu21.APPLICATION_LOAD_BASE, SEGMENT_READ | SEGMENT_EXEC, _bytes(stub))
         )
-        exec_words = [w for r in row_words for w in r.tolist()]
-        exec_words += [0] * (ipu21.ROW_GUARD_BYTES // 4) + code
-        image.segments.append((support_base, SEGMENT_READ | SEGMENT_EXEC, _bytes(exec_words)))
+        guard = np.zeros(ipu21.ROW_GUARD_BYTES // 4, np.uint32)
+        exec_words = np.concatenate([*row_words, guard, np.asarray(code, np.uint32)])
+        image.segments.append(
+            (support_base, SEGMENT_READ | SEGMENT_EXEC, exec_words.astype("<u4").tobytes())
+        )
         if table_data:
             image.segments.append((table_base, SEGMENT_READ, _bytes(table_data)))
         image.rows = [
             (step, i, row_address[n], len(row_words[n])) for (step, i), n in numbered.items()
         ]
         images.append(image)
-    return TileImages(images, linked)
+    return TileImages(images, linked, dict(getattr(rows, "tables", {})))
 
 
-def _table_word(word: Any, placement: Placement, logical: int, table: int) -> int:
-    """An operand-table word: a buffer address (advanced for the loop iteration), the
-    address of the table's spilled operands, or a scalar."""
-    if isinstance(word, tuple) and word[0] == "ref":
-        return placement.address(logical, word[1]) + word[2]
-    if isinstance(word, tuple) and word[0] == "spill":
-        return table + 4 * word[1]
-    return int(word)
+def _table_words(tables: list[list[Any]], addresses: list[int], allocations: Any) -> list[int]:
+    """The operand-table words of one tile: a buffer address (advanced for the loop
+    iteration), the address of the table's spilled operands, or a scalar."""
+    out = []
+    for table, address in zip(tables, addresses, strict=True):
+        for word in table:
+            if type(word) is not tuple:
+                out.append(int(word))
+            elif word[0] == "ref":
+                ref = word[1]
+                out.append(allocations[ref.buffer].address + ref.offset + word[2])
+            elif word[0] == "spill":
+                out.append(address + 4 * word[1])
+            else:  # pragma: no cover - emit_program makes only these words
+                raise TypeError(f"not an operand-table word: {word!r}")
+    return out
 
 
-def _in_body(program: LowProgram, repeat_index: int, step: int) -> bool:
-    repeat = program.steps[repeat_index]
-    assert isinstance(repeat, RepeatStep)
-    return repeat_index < step <= repeat_index + repeat.length
+@dataclass(frozen=True, slots=True)
+class _Loops:
+    """Per program: the repeat step whose body holds each step (``body``)."""
+
+    body: dict[int, int]
+
+
+def _loop_lookups(program: LowProgram) -> _Loops:
+    body = {}
+    for index, step in enumerate(program.steps):
+        if isinstance(step, RepeatStep):
+            body.update(dict.fromkeys(range(index + 1, index + 1 + step.length), index))
+    return _Loops(body)
+
+
+def _rows_by_tile(
+    program: LowProgram, rows: dict[tuple[int, int], dict[int, np.ndarray]]
+) -> dict[int, list[tuple[tuple[int, int], np.ndarray]]]:
+    """Each physical tile's rows ``(occurrence, words)`` in execution order."""
+    out: dict[int, list[tuple[tuple[int, int], np.ndarray]]] = {}
+    for occurrence in _occurrences(program):
+        for tile, words in rows[occurrence].items():
+            out.setdefault(tile, []).append((occurrence, words))
+    return out
 
 
 def _bytes(words: list[int]) -> bytes:
     return np.asarray(words, dtype="<u4").tobytes()
 
 
-def _labels(ops: list[Op], base: int) -> dict[Any, int]:
+def _labels(ops: list[Op], base: int) -> tuple[dict[Any, int], int]:
+    """The address of every label in ``ops`` placed from ``base``, and the ops' words."""
     labels = {}
-    cursor = base
+    words = 0
     for op in ops:
-        if op[0] == "label":
-            labels[op[1]] = cursor
-        cursor += 4 * _size(op)
-    return labels
+        kind = op[0]
+        if kind == "w":
+            words += 1
+        elif kind == "label":
+            labels[op[1]] = base + 4 * words
+        else:
+            words += _size(op)
+    return labels, words
 
 
 def _assemble(
@@ -293,18 +343,18 @@ def _assemble(
     labels: dict[Any, int],
     strides: dict[int, tuple[int, int]],
     tile: int,
-    program: LowProgram,
-    numbered: dict[tuple[int, int], int],
+    loops: _Loops,
     row_address: list[int],
 ) -> list[int]:
     """The code words of ``ops`` with every label resolved."""
     words = []
+    loop_first = _first_tables_of_loops(ops)
     for op in ops:
         kind = op[0]
-        if kind == "label":
-            continue
         if kind == "w":
             words.append(op[1])
+        elif kind == "label":
+            continue
         elif kind == "setzi":
             words.append(encode("setzi", reg=op[1], imm=labels[op[2]]))
         elif kind == "call":
@@ -313,12 +363,14 @@ def _assemble(
             words.append(encode("brz", reg=op[1], target_words=labels[op[2]] >> 2))
         elif kind == "tableoffset":
             table = op[1]
-            repeat_first = _first_table_of_loop(ops, table)
+            repeat_first = loop_first[table]
             offset = labels[("table", table)] - labels[("table", repeat_first)]
             words.append(_add_word(TABLE_REGISTER, offset, "an operand-table offset", tile))
         elif kind == "rowoffset":
             _, step, row = op
-            base = _row_base(program, step, labels)
+            if step not in loops.body:
+                raise AssertionError(f"step {step} is in no loop")
+            base = labels[("rowbase", loops.body[step])]
             words.append(_add_word(0, row_address[row] - base, "a row offset", tile))
         elif kind == "rowstride":
             stride = strides[op[1]][1]
@@ -335,24 +387,18 @@ def _assemble(
     return words
 
 
-def _first_table_of_loop(ops: list[Op], table: int) -> int:
-    """The first operand table of the loop whose body uses ``table`` (its iteration-0 base)."""
+def _first_tables_of_loops(ops: list[Op]) -> dict[int, int]:
+    """Per ``tableoffset`` table: the first operand table of its loop (its iteration-0 base)."""
+    out = {}
     first = None
     for op in ops:
         # the loop set-up stores the body's first table through $m0
         if op[0] == "setzi" and op[1] == 0 and isinstance(op[2], tuple) and op[2][0] == "table":
             first = op[2][1]
-        if op[0] == "tableoffset" and op[1] == table:
-            assert first is not None
-            return first
-    raise AssertionError(f"table {table} is in no loop")
-
-
-def _row_base(program: LowProgram, step: int, labels: dict[Any, int]) -> int:
-    for index, s in enumerate(program.steps):
-        if isinstance(s, RepeatStep) and index < step <= index + s.length:
-            return labels[("rowbase", index)]
-    raise AssertionError(f"step {step} is in no loop")
+        elif op[0] == "tableoffset" and op[1] not in out:
+            assert first is not None, f"table {op[1]} is in no loop"
+            out[op[1]] = first
+    return out
 
 
 __all__ = ["Ref", "TileImages", "build_tile_images", "lower_exchanges"]

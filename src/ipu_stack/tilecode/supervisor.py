@@ -25,6 +25,7 @@ package records the absence; the simulator runs the registry's reference semanti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -81,11 +82,15 @@ def call_operands(call: KernelCall) -> tuple[list[Any], list[Any]]:
     Operands beyond the ABI's registers are spilled: ``$m9`` then holds the address of the
     rest, which follow in the operand table (template ``"$sK"``: spilled word K).
     """
+    count = _operand_count(call)
+    registers = LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1
+    direct = count if count <= registers else registers - 1
+    names = _register_names(count, direct)
     refs: list[Any] = []
 
     def reg(value: Ref | int) -> str:
         refs.append(value)
-        return f"#{len(refs) - 1}"
+        return names[len(refs) - 1]
 
     def ref(r: Any) -> Ref:
         return r.ref if isinstance(r, View) else r
@@ -110,7 +115,8 @@ def call_operands(call: KernelCall) -> tuple[list[Any], list[Any]]:
         template = ["copy", 0, reg(call.dst), reg(call.src), reg(call.size)]
     elif isinstance(call, FillCall):
         template = ["fill", 0, reg(call.dst), reg(call.size)]
-    elif isinstance(call, MapCall):
+    else:
+        assert isinstance(call, MapCall)
 
         def view(v: View) -> list[Any]:
             return [reg(ref(v)), v.rows, v.cols, v.stride, v.dtype]
@@ -120,22 +126,26 @@ def call_operands(call: KernelCall) -> tuple[list[Any], list[Any]]:
             "map", 0, call.kind, out_view, [view(v) for v in call.inputs],
             [[k, _scalar(v)] for k, v in call.attrs],
         ]  # fmt: skip
-    else:
-        raise TypeError(f"cannot emit kernel call {call!r}")
-    registers = LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1
-    direct = len(refs) if len(refs) <= registers else registers - 1
+    words = refs[:direct] + ([SPILL, *refs[direct:]] if count > direct else [])
+    return template, words
+
+
+def _operand_count(call: KernelCall) -> int:
+    """Operands a call passes in registers or spilled (what ``call_operands`` names)."""
+    if isinstance(call, GemmCall | CopyCall):
+        return 3
+    if isinstance(call, FillCall):
+        return 2
+    if isinstance(call, AddCall | MapCall):
+        return 1 + len(call.inputs)
+    raise TypeError(f"cannot emit kernel call {call!r}")
+
+
+@cache
+def _register_names(count: int, direct: int) -> tuple[str, ...]:
+    """``$m2``.. for the direct operands, ``$s0``.. for the spilled ones."""
     names = [f"$m{FIRST_OPERAND_REGISTER + i}" for i in range(direct)]
-    names += [f"$s{i}" for i in range(len(refs) - direct)]
-    words = refs[:direct] + ([SPILL, *refs[direct:]] if len(refs) > direct else [])
-
-    def rename(x: Any) -> Any:
-        if isinstance(x, str) and x.startswith("#"):
-            return names[int(x[1:])]
-        if isinstance(x, list):
-            return [rename(v) for v in x]
-        return x
-
-    return rename(template), words
+    return (*names, *(f"$s{i}" for i in range(count - direct)))
 
 
 def _symbol(call: KernelCall, gemm_symbols: dict[tuple[str, str, int, int, int], str]) -> str:
@@ -158,8 +168,26 @@ class Linked:
     """The linked runtime: kernel entries by template key."""
 
     entries: dict[bytes, KernelEntry] = field(default_factory=dict)
+    # per call object (by id, the call kept alive): its entry and operand words
+    _calls: dict[int, tuple[KernelCall, dict, KernelEntry, list[Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def entry(self, call: KernelCall, gemm_symbols: dict) -> KernelEntry:
+        """The entry of ``call``'s specialisation (linked on first sight)."""
+        return self.resolve(call, gemm_symbols)[0]
+
+    def resolve(self, call: KernelCall, gemm_symbols: dict) -> tuple[KernelEntry, list[Any]]:
+        """The entry of ``call`` and its operand words (:func:`call_operands`), remembered
+        per call so each call's template is built and keyed once."""
+        known = self._calls.get(id(call))
+        if known is not None and known[0] is call and known[1] is gemm_symbols:
+            return known[2], known[3]
+        found, operands = self._link(call, gemm_symbols)
+        self._calls[id(call)] = (call, gemm_symbols, found, operands)
+        return found, operands
+
+    def _link(self, call: KernelCall, gemm_symbols: dict) -> tuple[KernelEntry, list[Any]]:
         template, ops = call_operands(call)
         symbol = _symbol(call, gemm_symbols)
         key = canonical_json([symbol, template])
@@ -179,7 +207,7 @@ class Linked:
                 min(len(ops), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1),
             )
             self.entries[key] = found
-        return found
+        return found, ops
 
     def image(self) -> bytes:
         """The entry placeholders (no kernel objects: ``br $m10; trap 0`` each)."""
@@ -222,7 +250,13 @@ Op = tuple[Any, ...]
 
 
 def _w(mnemonic: str, **fields: int) -> Op:
-    return ("w", encode(mnemonic, **fields))
+    return _word(mnemonic, tuple(fields.items()))
+
+
+@lru_cache(maxsize=4096)
+def _word(mnemonic: str, fields: tuple[tuple[str, int], ...]) -> Op:
+    """The op of one encoded word (few distinct ones: encoded once each)."""
+    return ("w", encode(mnemonic, **dict(fields)))
 
 
 def _adds(reg: int, amount: int) -> list[Op]:
@@ -344,10 +378,9 @@ def _step_ops(
     calls: dict[int, list[KernelCall]],
 ) -> list[Op]:
     """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended)."""
-    ops: list[Op] = []
     if isinstance(step, ExchangeStep):
-        ops.append(_w("sync", zone=SYNC_SUPERVISOR))
-        row = rows.get((index, iteration))
+        ops: list[Op] = [_sync_supervisor()]
+        row = rows.get((index, iteration)) if rows else None
         if row is None:
             return ops
         if repeat is None:
@@ -363,15 +396,19 @@ def _step_ops(
             ]
         return ops
     assert isinstance(step, ComputeStep)
-    for call in calls.get(index, ()):
-        entry = linked.entry(call, gemm_symbols)
-        _, operands = call_operands(call)
+    ops = []
+    here = calls.get(index)
+    if not here:
+        return ops
+    shifts = repeat.iterated if repeat else None
+    for call in here:
+        entry, operands = linked.resolve(call, gemm_symbols)
         words: list[Any] = [index]
         for value in operands:
             if value is SPILL:
                 words.append(("spill", 1 + LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1))
             elif isinstance(value, Ref):
-                shift = repeat.iterated.get((tile, value.buffer), 0) * iteration if repeat else 0
+                shift = shifts.get((tile, value.buffer), 0) * iteration if shifts else 0
                 words.append(("ref", value, shift))
             else:
                 words.append(int(value))
@@ -380,20 +417,40 @@ def _step_ops(
         if repeat is None:
             ops.append(("setzi", TABLE_REGISTER, ("table", table)))
         else:
-            ops += [
-                _w("setzi", reg=TABLE_REGISTER, imm=ipu21.LOOP_STATE),
-                _w("ld32", base=TABLE_REGISTER, dst=TABLE_REGISTER, delta=ZERO_REGISTER, off=1),
-                ("tableoffset", table),
-            ]
-        for j in range(min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)):
-            ops.append(
-                _w(
-                    "ld32",
-                    base=TABLE_REGISTER,
-                    dst=FIRST_OPERAND_REGISTER + j,
-                    delta=ZERO_REGISTER,
-                    off=1 + j,
-                )
-            )
-        ops.append(("w", encode("call", reg=LINK_REGISTER, target_words=entry.address >> 2)))
+            ops += _loop_table_base()
+            ops.append(("tableoffset", table))
+        ops += _operand_loads(
+            min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)
+        )
+        ops.append(_call_op(entry.address))
     return ops
+
+
+@cache
+def _sync_supervisor() -> Op:
+    return _w("sync", zone=SYNC_SUPERVISOR)
+
+
+@cache
+def _call_op(address: int) -> Op:
+    """``call $m10, address`` (a kernel entry)."""
+    return _w("call", reg=LINK_REGISTER, target_words=address >> 2)
+
+
+@cache
+def _loop_table_base() -> tuple[Op, ...]:
+    """In a loop: ``$m1`` = the iteration's table base from the loop state."""
+    return (
+        _w("setzi", reg=TABLE_REGISTER, imm=ipu21.LOOP_STATE),
+        _w("ld32", base=TABLE_REGISTER, dst=TABLE_REGISTER, delta=ZERO_REGISTER, off=1),
+    )
+
+
+@cache
+def _operand_loads(count: int) -> tuple[Op, ...]:
+    """``ld32`` of the first ``count`` operand registers from the call's operand table."""
+    return tuple(
+        _w("ld32", base=TABLE_REGISTER, dst=FIRST_OPERAND_REGISTER + j, delta=ZERO_REGISTER,
+           off=1 + j)
+        for j in range(count)
+    )  # fmt: skip
