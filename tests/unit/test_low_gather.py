@@ -121,7 +121,7 @@ def _outcome(fn):
         return str(e)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_case())
 def test_vectorised_gather_matches_reference(case):
     requests, shards, eb = case
@@ -158,7 +158,7 @@ def test_uncovered_request_names_rows_and_cols():
 _box = st.tuples(st.integers(0, 20), st.integers(1, 8), st.integers(0, 20), st.integers(1, 8))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(_box, max_size=12), st.lists(_box, max_size=12))
 def test_overlaps_match_all_pairs(shard_boxes, request_boxes):
     box = np.array([(r, r + h, c, c + w) for r, h, c, w in shard_boxes], np.int64).reshape(-1, 4)
@@ -173,7 +173,7 @@ def test_overlaps_match_all_pairs(shard_boxes, request_boxes):
     assert list(zip(j.tolist(), i.tolist(), strict=True)) == want
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(0, 3), st.lists(st.integers(0, 6), min_size=1, max_size=6)),

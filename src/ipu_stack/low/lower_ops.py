@@ -22,8 +22,8 @@ from ipu_stack.graph.compute_graph import ComputeGraph, Operation, Value
 from ipu_stack.graph.elementwise import KINDS as ELEMENTWISE_KINDS
 from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, host_fill, row_runs
 from ipu_stack.low.gather_arrays import RequestArrays, gather_arrays
+from ipu_stack.low.makers import make_buffer
 from ipu_stack.low.program import (
-    Buffer,
     KernelCall,
     LogicalTransfer,
     MapCall,
@@ -86,16 +86,11 @@ class OpLowering:
 
     def close_buffers(self, host_written: set[tuple[int, str]] | None = None) -> None:
         for (tile, name), size in self.buffer_use.items():
+            written = bool(host_written and (tile, name) in host_written)
             self.builder.buffer(
-                Buffer(
-                    tile,
-                    name,
-                    max(size, BUFFER_ALIGN),
-                    BUFFER_ALIGN,
-                    "any",
-                    host_written=bool(host_written and (tile, name) in host_written),
-                )
-            )
+                make_buffer(tile, name, max(size, BUFFER_ALIGN), BUFFER_ALIGN, "any", False, (),
+                            written, False)
+            )  # fmt: skip
         self.buffer_use.clear()
 
     # -- values -------------------------------------------------------------------------------
