@@ -292,7 +292,7 @@ def _multicasts(
     cut[1:] = (fg[1:] != fg[:-1]) | (fr[1:] != fr[:-1])
     starts = np.flatnonzero(cut)
     ends = np.append(starts[1:], n)
-    dests = list(
+    dests = tuple(
         zip(
             dst_tile[final].tolist(),
             _refs(req.buffer[pj[final]].tolist(), dst[final].tolist()),
@@ -307,7 +307,7 @@ def _multicasts(
             make_transfer,
             src_tile[heads].tolist(),
             srcs,
-            [tuple(dests[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)],
+            map(dests.__getitem__, map(slice, starts.tolist(), ends.tolist())),
             words,
         )
     )
