@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ipu_stack.errors import GraphError
-from ipu_stack.low.gather import GatherRequest, ShardIndex, gather
+from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, row_runs
 from ipu_stack.low.gather_arrays import RequestArrays, overlaps
 from ipu_stack.low.program import CopyCall, LogicalTransfer, Ref, Shard
 
@@ -121,7 +121,7 @@ def _outcome(fn):
         return str(e)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_case())
 def test_vectorised_gather_matches_reference(case):
     requests, shards, eb = case
@@ -158,7 +158,7 @@ def test_uncovered_request_names_rows_and_cols():
 _box = st.tuples(st.integers(0, 20), st.integers(1, 8), st.integers(0, 20), st.integers(1, 8))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(_box, max_size=12), st.lists(_box, max_size=12))
 def test_overlaps_match_all_pairs(shard_boxes, request_boxes):
     box = np.array([(r, r + h, c, c + w) for r, h, c, w in shard_boxes], np.int64).reshape(-1, 4)
@@ -171,3 +171,31 @@ def test_overlaps_match_all_pairs(shard_boxes, request_boxes):
     ]
     j, i = overlaps(RequestArrays.of(reqs), box)
     assert list(zip(j.tolist(), i.tolist(), strict=True)) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.lists(st.integers(0, 6), min_size=1, max_size=6)),
+        max_size=5,
+    )
+)
+def test_request_row_runs_match_per_chunk_runs(chunks):
+    """Per chunk (tile, source rows), the arrays hold the requests of gather.row_runs."""
+    stride, base, want = 16, 64, []
+    for k, (tile, rows) in enumerate(chunks):
+        at = base + 1000 * k
+        want += [
+            GatherRequest(tile, Ref("o", at + pos * stride), stride, (s, s + cnt), (0, 4))
+            for s, cnt, pos in row_runs(np.array(rows, dtype=np.int64))
+        ]
+    sizes = [len(rows) for _, rows in chunks]
+    which = np.repeat(np.arange(len(chunks)), sizes).astype(np.int64)
+    tiles = np.array([t for t, _ in chunks], dtype=np.int64)[which]
+    start = np.cumsum([0, *sizes])[:-1]
+    offsets = (
+        base + 1000 * which + (np.arange(which.size) - np.asarray(start, np.int64)[which]) * stride
+    )
+    src = np.array([r for _, rows in chunks for r in rows], dtype=np.int64)
+    got = RequestArrays.row_runs(tiles, "o", offsets, stride, src, (0, 4), which).requests()
+    assert got == want

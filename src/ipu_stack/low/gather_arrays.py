@@ -53,6 +53,55 @@ class RequestArrays:
         t = table.T
         return cls(t[0], names, t[1], t[2], t[3], t[4], t[5], t[6])
 
+    @classmethod
+    def row_runs(
+        cls,
+        tiles: np.ndarray,
+        buffer: str,
+        offsets: np.ndarray,
+        stride: int,
+        src_rows: np.ndarray,
+        cols: tuple[int, int],
+        chunks: np.ndarray,
+    ) -> RequestArrays:
+        """One request per run of destination rows whose source rows advance by one.
+
+        Destination row ``p`` (of ``tiles[p]``, stored at byte ``offsets[p]`` of ``buffer``)
+        takes source row ``src_rows[p]``; a run ends where the source row jumps or the
+        destination chunk ``chunks[p]`` changes (the requests of
+        :func:`~ipu_stack.low.gather.row_runs`, chunk by chunk in order).
+        """
+        n = src_rows.size
+        brk = np.ones(n, dtype=bool)
+        brk[1:] = (np.diff(src_rows) != 1) | (chunks[1:] != chunks[:-1])
+        starts = np.flatnonzero(brk)
+        lengths = np.diff(np.append(starts, n))
+        r0 = src_rows[starts].astype(np.int64)
+        k = starts.size
+        return cls(
+            tiles[starts].astype(np.int64),
+            np.full(k, buffer, dtype=object),
+            offsets[starts].astype(np.int64),
+            np.full(k, stride, dtype=np.int64),
+            r0,
+            r0 + lengths,
+            np.full(k, cols[0], dtype=np.int64),
+            np.full(k, cols[1], dtype=np.int64),
+        )
+
+    def requests(self) -> list[GatherRequest]:
+        """The same requests as :class:`~ipu_stack.low.gather.GatherRequest` objects."""
+        from ipu_stack.low.gather import GatherRequest
+
+        return [
+            GatherRequest(t, Ref(b, o), s, (r0, r1), (c0, c1))
+            for t, b, o, s, r0, r1, c0, c1 in zip(
+                self.tile.tolist(), self.buffer.tolist(), self.offset.tolist(),
+                self.stride.tolist(), self.r0.tolist(), self.r1.tolist(), self.c0.tolist(),
+                self.c1.tolist(), strict=True,
+            )
+        ]  # fmt: skip
+
     def __len__(self) -> int:
         return int(self.tile.size)
 
@@ -243,7 +292,7 @@ def _multicasts(
     cut[1:] = (fg[1:] != fg[:-1]) | (fr[1:] != fr[:-1])
     starts = np.flatnonzero(cut)
     ends = np.append(starts[1:], n)
-    dests = list(
+    dests = tuple(
         zip(
             dst_tile[final].tolist(),
             _refs(req.buffer[pj[final]].tolist(), dst[final].tolist()),
@@ -258,7 +307,7 @@ def _multicasts(
             make_transfer,
             src_tile[heads].tolist(),
             srcs,
-            [tuple(dests[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)],
+            map(dests.__getitem__, map(slice, starts.tolist(), ends.tolist())),
             words,
         )
     )

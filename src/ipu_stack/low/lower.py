@@ -224,11 +224,19 @@ def step_estimate(
 
     exchange = 0
     if transfers:
-        sent: dict[int, int] = defaultdict(int)
-        received: dict[int, int] = defaultdict(int)
-        for t in transfers:
-            sent[t.source_tile] += t.words
-            for tile, _ in t.destinations:
-                received[tile] += t.words
-        exchange = EXCHANGE_PHASE_OVERHEAD + max(max(sent.values()), max(received.values()))
+        words = np.array([t.words for t in transfers], dtype=np.int64)
+        fan = np.array([len(t.destinations) for t in transfers], dtype=np.int64)
+        sources = np.array([t.source_tile for t in transfers], dtype=np.int64)
+        dests = np.array([d[0] for t in transfers for d in t.destinations], dtype=np.int64)
+        sent = _tile_sums(sources, words)
+        received = _tile_sums(dests, np.repeat(words, fan))
+        exchange = EXCHANGE_PHASE_OVERHEAD + max(sent, received)
     return busiest(before) + exchange + busiest(after)
+
+
+def _tile_sums(tiles: np.ndarray, words: np.ndarray) -> int:
+    """The largest per-tile sum of ``words`` (integer sums, no float rounding)."""
+    order = np.argsort(tiles, kind="stable")
+    t, w = tiles[order], words[order]
+    starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+    return int(np.add.reduceat(w, starts).max())

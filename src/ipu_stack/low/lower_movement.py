@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ipu_stack.graph.compute_graph import Operation, Value
-from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, host_fill, row_runs
+from ipu_stack.low.gather import ShardIndex, host_fill
+from ipu_stack.low.gather_arrays import RequestArrays, gather_arrays
 from ipu_stack.low.lower_ops import OpLowering, _stride, flat_shape, row_partition
 from ipu_stack.low.program import KernelCall, LogicalTransfer, MapCall, Shard, View
 from ipu_stack.mid.candidates.indexing import transpose_steps
@@ -50,14 +51,15 @@ def _stored_transposed(ctx: OpLowering, src: Source) -> bool:
 
 
 def _fetch(
-    ctx: OpLowering, src: Source, dtype: str, reqs: list[GatherRequest], what: str
+    ctx: OpLowering, src: Source, dtype: str, reqs: RequestArrays, what: str
 ) -> tuple[list[KernelCall], list[LogicalTransfer]]:
     if isinstance(src, Value) and _stored_transposed(ctx, src):
-        ctx.host_shards[src.id].extend(host_fill(r) for r in reqs)  # the host writes it again
+        # the host writes it again
+        ctx.host_shards[src.id].extend(host_fill(r) for r in reqs.requests())
         return [], []
     if isinstance(src, Value):
         return ctx.fetch(src, reqs, what)
-    return gather(reqs, ShardIndex(src), lookup_precision(dtype).element_bytes, what)
+    return gather_arrays(reqs, ShardIndex(src), lookup_precision(dtype).element_bytes, what)
 
 
 def _row_move(
@@ -78,25 +80,31 @@ def _row_move(
     n, c = flat_shape(out_shape)
     eb = lookup_precision(dtype).element_bytes
     stride = _stride(c, eb)
-    reqs: list[GatherRequest] = []
     shards = []
     if partition is None:
         partition = row_partition(n, ctx.row_tiles.get(op.name, ctx.tiles))
+    name = f"{op.name}.{label}"
     for tile, r0, r1 in partition:
-        ref = ctx.carve(tile, f"{op.name}.{label}", (r1 - r0) * stride)
+        ref = ctx.carve(tile, name, (r1 - r0) * stride)
         shards.append(Shard(tile, ref, (r0, r1), (0, c), stride))
-        if rank == 1:
-            reqs.append(GatherRequest(tile, ref, stride, (0, 1), (0, c)))
-            continue
-        idx = np.unravel_index(np.arange(r0, r1), out_shape[:-1])
+    part = np.array([(t, r0, r1) for t, r0, r1 in partition], dtype=np.int64).reshape(-1, 3)
+    base = np.array([sh.ref.offset for sh in shards], dtype=np.int64)
+    if rank == 1:
+        one = np.zeros(len(shards), dtype=np.int64)  # every chunk takes the whole vector
+        chunks = np.arange(len(shards))
+        reqs = RequestArrays.row_runs(part[:, 0], name, base, stride, one, (0, c), chunks)
+    else:
+        # every output row of every tile at once: the source row it reads, its tile, its byte
+        counts = part[:, 2] - part[:, 1]
+        which = np.repeat(np.arange(len(shards)), counts)
+        out_rows = np.concatenate([np.arange(r0, r1) for _, r0, r1 in partition]).astype(np.int64)
+        idx = np.unravel_index(out_rows, out_shape[:-1])
         src_idx: list[np.ndarray] = [np.zeros(0, np.int64)] * (rank - 1)
         for i, p in enumerate(perm[:-1]):
             src_idx[p] = np.asarray(idx[i])
         rows = np.ravel_multi_index(tuple(src_idx), shape[:-1]).astype(np.int64).reshape(-1)
-        reqs += [
-            GatherRequest(tile, ref.at(pos * stride), stride, (s, s + cnt), (0, c))
-            for s, cnt, pos in row_runs(rows)
-        ]
+        offsets = base[which] + (out_rows - part[which, 1]) * stride
+        reqs = RequestArrays.row_runs(part[which, 0], name, offsets, stride, rows, (0, c), which)
     ctx.close_buffers()
     copies, transfers = _fetch(ctx, src, dtype, reqs, op.name)
     ctx.builder.compute(copies)

@@ -21,8 +21,9 @@ from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation, Value
 from ipu_stack.graph.elementwise import KINDS as ELEMENTWISE_KINDS
 from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, host_fill, row_runs
+from ipu_stack.low.gather_arrays import RequestArrays, gather_arrays
+from ipu_stack.low.makers import make_buffer
 from ipu_stack.low.program import (
-    Buffer,
     KernelCall,
     LogicalTransfer,
     MapCall,
@@ -85,16 +86,11 @@ class OpLowering:
 
     def close_buffers(self, host_written: set[tuple[int, str]] | None = None) -> None:
         for (tile, name), size in self.buffer_use.items():
+            written = bool(host_written and (tile, name) in host_written)
             self.builder.buffer(
-                Buffer(
-                    tile,
-                    name,
-                    max(size, BUFFER_ALIGN),
-                    BUFFER_ALIGN,
-                    "any",
-                    host_written=bool(host_written and (tile, name) in host_written),
-                )
-            )
+                make_buffer(tile, name, max(size, BUFFER_ALIGN), BUFFER_ALIGN, "any", False, (),
+                            written, False)
+            )  # fmt: skip
         self.buffer_use.clear()
 
     # -- values -------------------------------------------------------------------------------
@@ -119,10 +115,12 @@ class OpLowering:
         return shards
 
     def fetch(
-        self, value: Value, requests: list[GatherRequest], what: str
+        self, value: Value, requests: list[GatherRequest] | RequestArrays, what: str
     ) -> tuple[list[KernelCall], list[LogicalTransfer]]:
         """Make ``requests`` of ``value`` true: host writes for parameters, else a gather."""
         if value.kind == "parameter":
+            if isinstance(requests, RequestArrays):
+                requests = requests.requests()
             self.host_shards[value.id].extend(host_fill(r) for r in requests)
             return [], []
         shards = self.shards_of(value)
@@ -130,6 +128,8 @@ class OpLowering:
         eb = lookup_precision(value.dtype).element_bytes
         if len(requests) > MAX_GATHER_REQUESTS:
             raise GraphError(f"{what}: needs {len(requests)} separate pieces of {value.name!r}")
+        if isinstance(requests, RequestArrays):
+            return gather_arrays(requests, ShardIndex(shards), eb, what)
         return gather(requests, ShardIndex(shards), eb, what)
 
 
@@ -162,20 +162,23 @@ def _stage(
     """Stage the part of a (broadcast) operand that an output shard reads."""
     _n_in, c_in = flat_shape(value.shape)
     eb = lookup_precision(value.dtype).element_bytes
-    rows = (
-        broadcast_rows(out_shape, value.shape, *out_rows)
-        if len(value.shape) > 1
-        else (np.zeros(out_rows[1] - out_rows[0], dtype=np.int64))
-    )
     cols = out_cols if c_in == out_shape[-1] else (0, 1)
     if c_in not in (1, out_shape[-1]):
         raise GraphError(f"{op.name}: operand {value.name!r} {value.shape} does not broadcast")
-    one_row = bool(np.all(rows == rows[0]))
-    nrows = 1 if one_row else len(rows)
+    count = out_rows[1] - out_rows[0]
+    runs: list[tuple[int, int, int]]
+    if len(value.shape) > 1 and value.shape[:-1] == out_shape[:-1]:  # row r reads row r
+        one_row, runs = count == 1, [(out_rows[0], count, 0)]
+    elif len(value.shape) <= 1:  # a vector: every row reads row 0
+        one_row, runs = True, [(0, 1, 0)]
+    else:
+        rows = broadcast_rows(out_shape, value.shape, *out_rows)
+        one_row = bool(np.all(rows == rows[0]))
+        runs = [(int(rows[0]), 1, 0)] if one_row else row_runs(rows)
+    nrows = 1 if one_row else count
     ncols = cols[1] - cols[0]
     stride = _stride(ncols, eb)
     ref = ctx.carve(tile, buf, nrows * stride)
-    runs = [(int(rows[0]), 1, 0)] if one_row else row_runs(rows)
     requests = [
         GatherRequest(tile, ref.at(pos * stride), stride, (src, src + count), cols)
         for src, count, pos in runs

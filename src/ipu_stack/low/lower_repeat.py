@@ -14,12 +14,12 @@ from collections import defaultdict
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.low.gather import GatherRequest
 from ipu_stack.low.lower_ops import OpLowering, flat_shape
+from ipu_stack.low.makers import make_shard, ref
 from ipu_stack.low.program import (
     Buffer,
     KernelCall,
     LogicalTransfer,
     ProgramBuilder,
-    Ref,
     Shard,
 )
 from ipu_stack.target.ipu21 import precision as lookup_precision
@@ -108,7 +108,7 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
             tile, cols, rs, tr = sh.tile, sh.cols, sh.row_stride, sh.transposed
             per_shard.append(
                 [
-                    Shard(tile, Ref(name, off + i * stride), (r0 + d, r1 + d), cols, rs, tr)
+                    make_shard(tile, ref(name, off + i * stride), (r0 + d, r1 + d), cols, rs, tr)
                     for i, d in zip(range(count), range(0, count * n_rows, n_rows), strict=True)
                 ]
             )
