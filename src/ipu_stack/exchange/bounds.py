@@ -324,22 +324,27 @@ def clique_separations(problem: ResourceProblem, members: list[int]) -> npt.NDAr
     pair's schedules into "i first" and "j first" (other resources only add constraints).
     """
     n = len(members)
-    starts = problem.use_starts
-    rows = [np.arange(starts[m], starts[m + 1]) for m in members]
-    all_resources = np.unique(np.concatenate([problem.use_resources[r] for r in rows]))
-    offsets = np.full((n, all_resources.size), np.nan)
-    for k, r in enumerate(rows):
-        offsets[k, np.searchsorted(all_resources, problem.use_resources[r])] = problem.use_offsets[
-            r
-        ]
+    chosen = np.asarray(members, dtype=np.int64)
+    first = problem.use_starts[chosen]
+    counts = problem.use_starts[chosen + 1] - first
+    owner = np.repeat(np.arange(n), counts)
+    rows = np.arange(owner.size) + np.repeat(first - np.cumsum(counts) + counts, counts)
+    used = problem.use_resources[rows]
+    all_resources = np.sort(used)
+    all_resources = all_resources[np.concatenate(([True], all_resources[1:] != all_resources[:-1]))]
+    # A transfer uses a resource once: one offset per (member, resource).
+    offsets = np.full((n, all_resources.size), np.nan, dtype=np.float32)
+    offsets[owner, np.searchsorted(all_resources, used)] = problem.use_offsets[rows]
     shared = (~np.isnan(offsets)).sum(axis=0) >= 2
     offsets = offsets[:, shared]
-    duration = problem.durations[members].astype(np.float64)
+    duration = problem.durations[members].astype(np.float32)
+    # With d = o_ip - o_jp: s_ij = D_i + d and s_ji = D_j - d, both positive when
+    # -D_i < d < D_j. Offsets and durations are integers far below 2**24, exact in float32.
     with np.errstate(invalid="ignore"):
-        s = duration[:, None, None] + offsets[:, None, :] - offsets[None, :, :]
-        valid = (s > 0) & (np.transpose(s, (1, 0, 2)) > 0)
-        s = np.where(valid, s, -np.inf)
-    best = s.max(axis=2, initial=-np.inf)
+        difference = offsets[:, None, :] - offsets[None, :, :]
+        valid = (difference > -duration[:, None, None]) & (difference < duration[None, :, None])
+        difference[~valid] = -np.inf
+    best = duration[:, None].astype(np.float64) + difference.max(axis=2, initial=-np.inf)
     best[~np.isfinite(best)] = np.nan
     np.fill_diagonal(best, np.nan)
     return best

@@ -286,7 +286,9 @@ def _solve(
     # Resource intervals: free uses as variables, other uses on touched resources as constants.
     use_of_free = is_free[problem.use_transfers]
     touched = np.unique(problem.use_resources[use_of_free])
-    on_touched = np.isin(problem.use_resources, touched)
+    is_touched = np.zeros(problem.resource_count, dtype=bool)
+    is_touched[touched] = True
+    on_touched = is_touched[problem.use_resources]
     fixed_rows = np.flatnonzero(on_touched & ~use_of_free)
     free_rows = np.flatnonzero(use_of_free)
     merged: list[tuple[int, int, int]] = []

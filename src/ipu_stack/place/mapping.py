@@ -37,14 +37,26 @@ def _loads(program: LowProgram) -> list[tuple[np.ndarray, np.ndarray]]:
     for step in program.steps:
         if not isinstance(step, ExchangeStep):
             continue
-        sent = np.zeros(n, dtype=np.int64)
-        recv = np.zeros(n, dtype=np.int64)
-        for t in step.transfers:
-            sent[t.source_tile] += t.words
-            for tile, _ in t.destinations:
-                recv[tile] += t.words
-        out.append((sent, recv))
+        transfers = step.transfers
+        count = len(transfers)
+        sources = np.fromiter((t.source_tile for t in transfers), dtype=np.int64, count=count)
+        words = np.fromiter((t.words for t in transfers), dtype=np.int64, count=count)
+        fanouts = np.fromiter((len(t.destinations) for t in transfers), np.int64, count=count)
+        destinations = np.fromiter(
+            (tile for t in transfers for tile, _ in t.destinations),
+            dtype=np.int64,
+            count=int(fanouts.sum()),
+        )
+        received = _summed(destinations, np.repeat(words, fanouts), n)
+        out.append((_summed(sources, words, n), received))
     return out
+
+
+def _summed(tiles: np.ndarray, words: np.ndarray, n: int) -> np.ndarray:
+    """Words per tile ``0..n-1``, summed in int64 (``np.add.at`` indexes as the loop did)."""
+    totals = np.zeros(n, dtype=np.int64)
+    np.add.at(totals, tiles, words)
+    return totals
 
 
 def _score(loads: list[tuple[np.ndarray, np.ndarray]], physical: np.ndarray) -> tuple[int, int]:
