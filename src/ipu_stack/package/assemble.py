@@ -240,7 +240,7 @@ def _program(
 ) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray, np.ndarray]:
     """The program's steps and the exchange tables (transfers, destinations, pieces)."""
     placement = built.placement
-    known = built.images.phases if built.images is not None else {}
+    images = built.images
     steps: list[dict[str, Any]] = []
     transfers: list[np.ndarray] = [np.zeros((0, 5), np.int64)]
     destinations: list[np.ndarray] = [np.zeros((0, 3), np.int64)]
@@ -268,7 +268,10 @@ def _program(
             raise AssertionError(f"step {index}: physical phase and program disagree")
         first, first_piece = n_transfers, n_pieces
         arrivals = schedule.first_arrivals
-        tables = known.get(index) or phase_tables(phase, schedule)
+        if images is not None:
+            tables = images.phase_tables(index, phase, schedule)
+        else:
+            tables = phase_tables(phase, schedule)
         _check_sources(index, step, tables, placement, physical)
         count, dests = len(tables.sources), len(tables.dest_tiles)
         transfers.append(np.stack([

@@ -55,7 +55,20 @@ class TileImages:
 
     tiles: list[TileImage]
     linked: Linked
-    phases: dict[int, PhaseTables] = field(default_factory=dict)  # exchange step -> tables
+    # exchange step -> (phase, schedule, their tables): reused while the build keeps them
+    phases: dict[int, tuple[ExchangePhase, PhaseSchedule, PhaseTables]] = field(
+        default_factory=dict
+    )
+
+    def phase_tables(
+        self, index: int, phase: ExchangePhase, schedule: PhaseSchedule
+    ) -> PhaseTables:
+        """The tables of step ``index``'s ``phase`` and ``schedule`` (made again if either is
+        not the one the rows were encoded from)."""
+        known = self.phases.get(index)
+        if known is not None and known[0] is phase and known[1] is schedule:
+            return known[2]
+        return phase_tables(phase, schedule)
 
     def largest_rows(self) -> TileImage:
         """The tile with the most encoded row bytes."""
@@ -104,7 +117,7 @@ class ExchangeRows(dict[tuple[int, int], dict[int, np.ndarray]]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.tables: dict[int, PhaseTables] = {}
+        self.tables: dict[int, tuple[ExchangePhase, PhaseSchedule, PhaseTables]] = {}
 
 
 def lower_exchanges(
@@ -124,7 +137,8 @@ def lower_exchanges(
             continue
         phase, schedule = schedules[index]
         repeat = repeat_of.get(index)
-        tables = out.tables[index] = phase_tables(phase, schedule)
+        tables = phase_tables(phase, schedule)
+        out.tables[index] = (phase, schedule, tables)
         shifts = None
         if repeat is not None and repeat.iterated:
             shifts = _shifts(tables, step, repeat)
