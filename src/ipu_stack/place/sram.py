@@ -130,13 +130,17 @@ class BufferRequest:
             and live[1].__class__ is int
             and live[0] < live[1]
         ):
-            live = tuple(self.live)
-            if len(live) != 2 or not all(isinstance(x, int) for x in live) or live[0] >= live[1]:
+            given = tuple(self.live)
+            if (
+                len(given) != 2
+                or not all(isinstance(x, int) for x in given)
+                or given[0] >= given[1]
+            ):
                 raise PlanError(
                     f"buffer {self.name!r}: live must be a non-empty half-open interval "
                     f"(start, end) of ints, got {self.live!r}"
                 )
-            object.__setattr__(self, "live", (live[0], live[1]))
+            object.__setattr__(self, "live", (given[0], given[1]))
         if self.avoid_element_of.__class__ is not tuple:
             object.__setattr__(self, "avoid_element_of", tuple(self.avoid_element_of))
 
