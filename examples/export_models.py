@@ -78,6 +78,8 @@ def _floats(rng: np.random.Generator, *shape: int) -> np.ndarray:
 def _siglip_config(size: str, head: bool):  # type: ignore[no-untyped-def]
     from transformers import SiglipVisionConfig
 
+    if size == "base":  # transformers' default: siglip-base-patch16-224's widths, 2 layers
+        return SiglipVisionConfig(num_hidden_layers=2, vision_use_head=head)
     if size == "full":
         return SiglipVisionConfig(
             hidden_size=1152, intermediate_size=4304, num_hidden_layers=2,
@@ -415,9 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", help=f"default: all of {', '.join(MODELS)}")
     parser.add_argument("--out", default="tests/data/exports", help="output directory")
-    parser.add_argument("--size", choices=("tiny", "full", "variant"), default="tiny",
+    parser.add_argument("--size", choices=("tiny", "full", "variant", "base"), default="tiny",
                         help="variant: other sizes and configs of BERT, GPT-2, CLIP-text and "
-                        "ViT (generality checks; the other models as tiny)")  # fmt: skip
+                        "ViT (generality checks; the other models as tiny); base: the SigLIP "
+                        "models at transformers' default config (768/3072, 12 heads, 224 px / "
+                        "patch 16) with 2 layers, the others as tiny")  # fmt: skip
     parser.add_argument("--exporters", default=",".join(EXPORTERS),
                         help="comma-separated subset of " + ", ".join(EXPORTERS))  # fmt: skip
     args = parser.parse_args(argv)

@@ -38,7 +38,7 @@ from ipu_stack.package.runtime_program import (
     support_overflow,
 )
 from ipu_stack.package.runtime_program import describe as describe_runtime
-from ipu_stack.package.schedule_program import schedule_program
+from ipu_stack.package.schedule_program import preload_solver, schedule_program
 from ipu_stack.place.assign import Placement, place_program
 from ipu_stack.place.balance import check_resident, tile_offsets
 from ipu_stack.place.mapping import screen_mappings
@@ -334,6 +334,7 @@ def _evaluate_all(
         workers = min(count - 1, (os.cpu_count() or 1) - 1, MAX_FINALIST_WORKERS)
         pool = None
         if workers >= 1 and "fork" in mp.get_all_start_methods():
+            preload_solver()
             pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
         try:
             mine = range(0, count, workers + 1) if pool is not None else range(count)

@@ -2,8 +2,9 @@
 
 The phases of a program are independent problems once the program is placed, and
 ``optimize_phase`` is deterministic on deterministic budgets: a phase gets the same schedule
-in whichever process schedules it, so the phases are shared between this process and forked
-workers (where fork is available) without changing a byte of the result. Phases that look
+in whichever process schedules it, so the phases are handed out as tasks to forked
+workers (where fork is available; heaviest group first, taken by whichever worker is free)
+without changing a byte of the result. Phases that look
 alike (same transfer and word counts: the Q/K/V projections, a GEMM's row blocks, a rolled
 loop's iterations) go to the same process, so its memo (``exchange/memo.py``) still
 schedules each distinct problem once.
@@ -11,6 +12,7 @@ schedules each distinct problem once.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -45,7 +47,7 @@ class _Job:
     logged: bool
 
 
-_JOB: tuple[_Job, ScheduleMemo, list[list[int]]] | None = None
+_JOB: tuple[_Job, ScheduleMemo, list[list[int]]] | None = None  # what forked workers read
 _Result = dict[int, tuple[PhaseSchedule, dict[str, object] | None]]
 
 
@@ -73,8 +75,8 @@ def schedule_program(
         if isinstance(step, ExchangeStep)
     }
     job = _Job(phases, time_budget, verify, trace is not None)
-    parts = _partition(phases, _workers(phases) + 1 if parallel else 1)
-    results = _run(job, memo, parts)
+    groups = _groups(phases)
+    results = _run(job, memo, groups, _processes(phases, len(groups)) if parallel else 0)
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
     for index, phase in phases.items():
         schedule, fields = results[index]
@@ -98,44 +100,52 @@ def schedule_program(
     return schedules
 
 
-def _workers(phases: dict[int, ExchangePhase]) -> int:
-    if "fork" not in mp.get_all_start_methods():
+def _processes(phases: dict[int, ExchangePhase], groups: int) -> int:
+    """Worker processes for a program's phases: one per core (at most
+    :data:`MAX_SCHEDULE_WORKERS`, at most one per group), or 0 (this process alone) for a
+    small program or without fork."""
+    if "fork" not in mp.get_all_start_methods() or groups < 2:
         return 0
     if sum(len(p.transfers) for p in phases.values()) < PARALLEL_TRANSFERS:
         return 0
-    return max(0, min((os.cpu_count() or 1) - 1, MAX_SCHEDULE_WORKERS, len(phases) - 1))
+    return max(0, min(os.cpu_count() or 1, MAX_SCHEDULE_WORKERS, groups))
 
 
-def _partition(phases: dict[int, ExchangePhase], count: int) -> list[list[int]]:
-    """Phase indices for ``count`` processes: alike phases together, the heaviest groups first
-    to the least loaded process (transfers as the load)."""
+def _groups(phases: dict[int, ExchangePhase]) -> list[list[int]]:
+    """Phase indices in groups of alike phases (same transfer and word counts), the heaviest
+    group (most transfers) first."""
     groups: dict[tuple[int, int], list[int]] = {}
     for index, phase in phases.items():
         words = sum(t.words for t in phase.transfers)
         groups.setdefault((len(phase.transfers), words), []).append(index)
-    parts: list[list[int]] = [[] for _ in range(max(1, count))]
-    loads = [0] * len(parts)
-    for (transfers, _), members in sorted(groups.items(), key=lambda g: (-g[0][0], g[0][1])):
-        k = loads.index(min(loads))
-        parts[k].extend(members)
-        loads[k] += transfers
-    return [sorted(p) for p in parts if p] or [[]]
+    ordered = sorted(groups.items(), key=lambda g: (-g[0][0], g[0][1], g[1][0]))
+    return [members for _, members in ordered]
 
 
-def _run(job: _Job, memo: ScheduleMemo, parts: list[list[int]]) -> _Result:
+def _run(job: _Job, memo: ScheduleMemo, groups: list[list[int]], processes: int) -> _Result:
+    """Every group's schedules: here, or as tasks of a pool of ``processes`` forked workers
+    taking the groups heaviest first (each group in one worker: its memo sees them all)."""
     global _JOB
-    if len(parts) == 1:
-        return _schedule_part(job, memo, parts[0])
-    _JOB = (job, memo, parts)
+    if processes < 2:
+        return _schedule_part(job, memo, sorted(i for g in groups for i in g))
+    _JOB = (job, memo, groups)
+    preload_solver()
+    results: _Result = {}
     try:
-        with ProcessPoolExecutor(len(parts) - 1, mp_context=mp.get_context("fork")) as pool:
-            futures = [pool.submit(_child, k) for k in range(1, len(parts))]
-            results = _schedule_part(job, memo, parts[0])
+        with ProcessPoolExecutor(processes, mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_child, k) for k in range(len(groups))]
             for future in futures:
                 results.update(future.result())
     finally:
         _JOB = None
     return results
+
+
+def preload_solver() -> None:
+    """Import CP-SAT (and the pandas it imports) before forking: each worker would otherwise
+    import it again on its first improvement stage (1-2 s each)."""
+    with contextlib.suppress(ImportError):  # ortools is a dependency
+        import ortools.sat.python.cp_model  # noqa: F401
 
 
 def _child(k: int) -> _Result:
