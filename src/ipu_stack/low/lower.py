@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ipu_stack.errors import GraphError
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value
 from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.lower_gemm import lower_gemm
@@ -97,22 +95,8 @@ def lower_program(
     Returns:
         The program over logical tiles, with host bindings for inputs, parameters, outputs.
     """
-    with _collector_paused():
+    with collector_paused():
         return _lower_program(graph, plans, tile_count, row_tiles, tile_offsets, bodies)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while lowering builds its ~10^6 small objects
-    (none of them in reference cycles): each collection would walk every live object, and
-    the young generation fills every 700 allocations (half the lowering time on large models)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _lower_program(

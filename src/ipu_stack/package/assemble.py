@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import GraphError
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.semantics import encode_f143
 from ipu_stack.low.program import (
@@ -41,7 +42,6 @@ from ipu_stack.package.format import (
     Package,
     SectionWriter,
     flat_rows,
-    without_gc,
 )
 from ipu_stack.package.tile_images import description_digest, write_images
 from ipu_stack.place.assign import Placement
@@ -106,7 +106,7 @@ def assemble_package(
     """The package of a finished build (see :func:`build_package`)."""
     # Like the build: no cyclic collector while the tables are made (no reference cycles;
     # its full scans of the build's millions of objects would cost more than the work).
-    with without_gc():
+    with collector_paused():
         return _assemble(built, parameters, names)
 
 

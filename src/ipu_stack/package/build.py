@@ -13,17 +13,15 @@ build_tile_images  supervisor code + operand tables + rows placed in support (ti
 
 from __future__ import annotations
 
-import gc
 import multiprocessing as mp
 import os
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.memo import ScheduleMemo
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
 from ipu_stack.kernels.toolchain import Toolchain
@@ -103,21 +101,8 @@ def build(
         GraphError: the graph is invalid.
         PlanError: nothing fits in tile memory (says what and by how much).
     """
-    with _no_gc():
+    with collector_paused():  # lowering and placement: millions of small objects
         return _build(graph, config, trace)
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    # Lowering makes millions of small long-lived tuples; the cyclic collector's repeated
-    # scans of them cost more than the work itself, and the build makes no reference cycles.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None) -> Build:
@@ -256,7 +241,7 @@ def _select_finalist(
             # and every schedule it keeps is verified.
             if kept is not None and finalist is kept.finalist:
                 best = kept  # evaluated in this process: only the schedules are redone
-                best.schedules = _schedule(
+                best.schedules = schedule_program(
                     best.program,
                     best.placement,
                     config.exchange_time_budget,
@@ -398,7 +383,8 @@ def _evaluate(
     )
     placement = place_program(program, mapping.physical)
     placement.mapped = mapping.mapped
-    schedules = _schedule(
+    # parallel only where no other finalist is being evaluated at the same time
+    schedules = schedule_program(
         program, placement, exchange_budget, schedule_trace, verify, memo, parallel
     )
     scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
@@ -413,21 +399,6 @@ def _evaluate(
         refined_cycles=refined,
     )
     return Evaluated(finalist, program, placement, schedules, plans, refined)
-
-
-def _schedule(
-    program: LowProgram,
-    placement: Placement,
-    time_budget: float,
-    trace: Trace | None,
-    verify: bool = True,
-    memo: ScheduleMemo | None = None,
-    parallel: bool = False,
-) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
-    """Schedule and verify every exchange step of a placed program (logged when traced); see
-    :func:`~ipu_stack.package.schedule_program.schedule_program` (``parallel`` only where no
-    other finalist is being evaluated at the same time)."""
-    return schedule_program(program, placement, time_budget, trace, verify, memo, parallel)
 
 
 def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:

@@ -43,14 +43,12 @@ kernel cache's state (hit or miss, cache paths); the printed trace still has the
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import math
 import os
 import struct
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import PackageError
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.target import ipu21
 
 MAGIC = b"\x89IPUEXE\n"
@@ -103,18 +102,6 @@ _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False,
     check_circular=False,
 )  # fmt: skip
-
-
-@contextmanager
-def without_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused (restored as it was) for a burst of allocations."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def canonical_json(value: Any) -> bytes:
@@ -184,7 +171,7 @@ class Package:
         from ipu_stack.outputs import OutputError, atomic_write
 
         try:
-            with without_gc():
+            with collector_paused():
                 blob = self.to_bytes()
             return atomic_write(path, blob)
         except OutputError as err:
