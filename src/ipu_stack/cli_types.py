@@ -92,6 +92,17 @@ def nonnegative_seconds(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """A fraction: finite, in ``[0, 1]``, else one clear line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a fraction must be between 0 and 1, got {text}")
+    return value
+
+
 def shape(text: str) -> tuple[int, ...]:
     """``D,D,..``: positive dimensions, each at most :data:`MAX_DIMENSION`."""
     try:

@@ -139,6 +139,12 @@ def test_huge_budgets_name_the_limit(argv):
     rejected(argv, "at most 86400")
 
 
+@pytest.mark.parametrize("bad", ["-0.1", "1.5", "nan", "most"])
+def test_refine_share_must_be_a_fraction(bad):
+    rejected(("compile", "m.onnx", "-o", "o.ipuexe", "--exchange-refine-share", bad),
+             "--exchange-refine-share", bad)  # fmt: skip
+
+
 def test_empty_and_corrupt_npy_inputs(tiny, tmp_path):
     root, _ = tiny
     (tmp_path / "e.npy").write_bytes(b"")

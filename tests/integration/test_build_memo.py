@@ -52,3 +52,34 @@ def test_phases_scheduled_in_worker_processes_are_the_same(monkeypatch):
     for index, (phase, schedule) in alone.items():
         assert shared[index][0] == phase
         assert shared[index][1] == schedule
+
+
+def test_refine_keeps_quick_schedules_unless_the_gap_is_worth_the_full_budget():
+    from ipu_stack.graph import ComputeGraph
+    from ipu_stack.package.build import BuildConfig, build
+    from ipu_stack.package.schedule_program import Refine
+    from ipu_stack.trace import Trace
+
+    g = ComputeGraph()
+    x = g.host_input("x", (64, 96), "f16")
+    h = g.gelu(g.gemm(x, g.parameter("w1", (96, 160), "f16")))
+    g.set_outputs(g.gemm(h, g.parameter("w2", (160, 96), "f16")))
+    built = build(g, BuildConfig(tiles=64, finalists=1, exchange_time_budget=0.0))
+    program, placement = built.program, built.placement
+
+    def schedules(budget, refine=None, trace=None):
+        out = schedule_program(program, placement, budget, trace, True, ScheduleMemo(),
+                               refine=refine)  # fmt: skip
+        return {i: s for i, (_, s) in out.items()}
+
+    quick, full = schedules(0.0), schedules(0.3)
+    assert quick != full  # the full budget shortens some phase here
+    # No gap is worth a huge gain: every phase keeps its quick schedule.
+    trace = Trace(quiet=True)
+    assert schedules(0.3, Refine(0.0, 10**9), trace) == quick
+    (event,) = [e for e in trace.events if e["event"] == "refined exchange schedules"]
+    assert event["rescheduled"] == 0 and event["kept_quick"] == len(quick)
+    # Any gap is worth it (min_gain 0): the full budget everywhere, as without the rule.
+    assert schedules(0.3, Refine(0.0, 0)) == full
+    # A final budget no larger than the quick one schedules every phase at that budget.
+    assert schedules(0.0, Refine(0.3, 0)) == quick

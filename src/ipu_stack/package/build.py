@@ -36,7 +36,7 @@ from ipu_stack.package.runtime_program import (
     support_overflow,
 )
 from ipu_stack.package.runtime_program import describe as describe_runtime
-from ipu_stack.package.schedule_program import preload_solver, schedule_program
+from ipu_stack.package.schedule_program import Refine, preload_solver, schedule_program
 from ipu_stack.place.assign import Placement, place_program
 from ipu_stack.place.balance import check_resident, tile_offsets
 from ipu_stack.place.mapping import screen_mappings
@@ -47,7 +47,7 @@ from ipu_stack.trace import Trace
 
 CAPACITY_SCALES = (1.0, 0.85, 0.7)
 MAX_FINALIST_WORKERS = 4
-FINALIST_EXCHANGE_BUDGET = 0.2  # seconds per phase while comparing finalists
+FINALIST_EXCHANGE_BUDGET = 0.2  # seconds per phase while comparing finalists (at most)
 
 
 @dataclass(slots=True)
@@ -56,6 +56,10 @@ class BuildConfig:
 
     tiles: int = TILES
     exchange_time_budget: float = 1.0  # seconds per exchange phase for the scheduler
+    #: a phase of the selected plan gets ``exchange_time_budget`` only when its quick schedule's
+    #: gap to the lower bound (times its alike phases) is at least this share of the plan's
+    #: cycles; 0 reschedules every phase not already within the target gap of its bound
+    exchange_refine_share: float = 0.001
     finalists: int = DEFAULT_FINALISTS  # whole-graph plans kept by lower_mid
     beam_width: int = DEFAULT_BEAM_WIDTH  # partial plans kept per operation
     compile_kernels: bool = True  # check or compile each kernel unit (the simulator needs none)
@@ -237,31 +241,35 @@ def _select_finalist(
     candidates = [winner[1]] if winner else finalists[config.finalists :]
     for finalist in candidates:  # the winner, or else the leaner fallbacks in turn
         try:
-            # Finalists were compared on quick schedules; the one kept gets the full budget,
-            # and every schedule it keeps is verified.
+            # Finalists were compared on quick schedules; the one kept is rescheduled at the
+            # full budget where the gap its quick schedules leave could be worth it, and every
+            # schedule it keeps is verified.
             if kept is not None and finalist is kept.finalist:
-                best = kept  # evaluated in this process: only the schedules are redone
-                best.schedules = schedule_program(
-                    best.program,
-                    best.placement,
-                    config.exchange_time_budget,
-                    trace,
-                    True,
-                    memo,
-                    parallel=True,
-                )
+                best = kept  # evaluated in this process: its quick reports are in the memo
             else:
                 best = _evaluate(
                     graph,
                     finalist,
                     config,
                     Trace(quiet=True),
-                    config.exchange_time_budget,
-                    True,
-                    trace,
-                    memo,
+                    _quick_budget(config),
+                    memo=memo,
                     parallel=True,
                 )
+            refine = Refine(
+                _quick_budget(config),
+                max(1, int(config.exchange_refine_share * best.refined_cycles)),
+            )
+            best.schedules = schedule_program(
+                best.program,
+                best.placement,
+                config.exchange_time_budget,
+                trace,
+                True,
+                memo,
+                parallel=True,
+                refine=refine,
+            )
         except PlanError as err:
             error = err
             continue
@@ -287,10 +295,15 @@ def _quick(
     its refined cycles, trace events and placement error."""
     trace = Trace(quiet=True)
     try:
-        evaluated = _evaluate(graph, finalist, config, trace, FINALIST_EXCHANGE_BUDGET, memo=memo)
+        evaluated = _evaluate(graph, finalist, config, trace, _quick_budget(config), memo=memo)
     except PlanError as err:
         return None, (None, trace.events, err)
     return evaluated, (evaluated.refined_cycles, trace.events, None)
+
+
+def _quick_budget(config: BuildConfig) -> float:
+    """Seconds per phase while comparing finalists: never more than the final budget."""
+    return min(FINALIST_EXCHANGE_BUDGET, config.exchange_time_budget)
 
 
 def _evaluate_child(index: int) -> _Outcome:

@@ -33,6 +33,12 @@ def _seconds(text: str) -> float:
     return nonnegative_seconds(text)
 
 
+def _share(text: str) -> float:
+    from ipu_stack.cli_types import share
+
+    return share(text)
+
+
 def _named_file(text: str) -> tuple[str, str]:
     from ipu_stack.cli_types import named_file
 
@@ -70,6 +76,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="deterministic scheduling budget per exchange phase of the selected plan "
         "(default 1.0; 0 keeps the first list schedule; more can shorten exchange)",
+    )
+    comp.add_argument(
+        "--exchange-refine-share",
+        type=_share,
+        default=None,
+        metavar="FRACTION",
+        help="reschedule a phase of the selected plan at the full budget only when the gap its "
+        "quick schedule leaves to the lower bound (times its alike phases) is at least this "
+        "share of the plan's cycles (default 0.001; 0: every phase above its target gap)",
     )
     comp.add_argument(
         "--precision",
@@ -187,6 +202,8 @@ def _compile(args: argparse.Namespace) -> int:
         config.finalists = args.finalists
     if args.exchange_budget is not None:
         config.exchange_time_budget = args.exchange_budget
+    if args.exchange_refine_share is not None:
+        config.exchange_refine_share = args.exchange_refine_share
     try:
         built = build(graph, config, trace)
     finally:
