@@ -13,7 +13,7 @@ from ipu_stack.graph.compute_graph import ComputeGraph, evaluate_reference
 from ipu_stack.low.lower import lower_program
 from ipu_stack.low.program import Buffer, LowProgram
 from ipu_stack.mid.lower_mid import lower_mid
-from ipu_stack.package import build as build_module
+from ipu_stack.package import finalists as finalists_module
 from ipu_stack.package.assemble import build_package
 from ipu_stack.package.build import BuildConfig, build
 from ipu_stack.place import balance
@@ -135,7 +135,7 @@ def test_finalist_that_cannot_hold_its_weights_is_rejected_before_placement(monk
     def never(*args, **kwargs):
         raise AssertionError("placement attempted")
 
-    monkeypatch.setattr(build_module, "place_program", never)
+    monkeypatch.setattr(finalists_module, "place_program", never)
     trace = Trace(quiet=True)
     with pytest.raises(PlanError, match="rejected before placement"):
         build(g, BuildConfig(tiles=TILES, finalists=2, compile_kernels=False), trace)

@@ -13,9 +13,6 @@ build_tile_images  supervisor code + operand tables + rows placed in support (ti
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from ipu_stack.errors import PlanError
@@ -25,10 +22,10 @@ from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
 from ipu_stack.kernels.toolchain import Toolchain
-from ipu_stack.low.lower import lower_program
 from ipu_stack.low.program import ComputeStep, GemmCall, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
+from ipu_stack.package.finalists import Evaluated, evaluate, evaluate_finalists
 from ipu_stack.package.runtime_program import (
     TileProgram,
     _gemm_symbols,
@@ -36,17 +33,14 @@ from ipu_stack.package.runtime_program import (
     support_overflow,
 )
 from ipu_stack.package.runtime_program import describe as describe_runtime
-from ipu_stack.package.schedule_program import Refine, preload_solver, schedule_program
-from ipu_stack.place.assign import Placement, place_program
-from ipu_stack.place.balance import check_resident, tile_offsets
-from ipu_stack.place.mapping import screen_mappings
-from ipu_stack.target.ipu21 import SYNC_CYCLES, TILES
+from ipu_stack.package.schedule_program import Refine, schedule_program
+from ipu_stack.place.assign import Placement
+from ipu_stack.target.ipu21 import TILES
 from ipu_stack.tilecode.images import TileImages, build_tile_images, lower_exchanges
 from ipu_stack.tilecode.supervisor import link_runtime
 from ipu_stack.trace import Trace
 
 CAPACITY_SCALES = (1.0, 0.85, 0.7)
-MAX_FINALIST_WORKERS = 4
 FINALIST_EXCHANGE_BUDGET = 0.2  # seconds per phase while comparing finalists (at most)
 
 
@@ -201,18 +195,6 @@ def _tile_code(
     return images
 
 
-@dataclass(slots=True)
-class Evaluated:
-    """A finalist lowered, mapped, placed and physically scheduled."""
-
-    finalist: Finalist
-    program: LowProgram
-    placement: Placement
-    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]]
-    plans: dict[int, GemmPlan]
-    refined_cycles: int
-
-
 def _select_finalist(
     graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig, trace: Trace
 ) -> tuple[Evaluated | None, PlanError | None]:
@@ -225,8 +207,8 @@ def _select_finalist(
     head = finalists[: config.finalists]
     winner: tuple[int, Finalist] | None = None
     memo = ScheduleMemo()
-    results, kept = _evaluate_all(graph, head, config, memo)
-    for finalist, refined, events, err in results:
+    outcomes, kept = evaluate_finalists(graph, head, config.tiles, _quick_budget(config), memo)
+    for finalist, (refined, events, err) in zip(head, outcomes, strict=True):
         for event in events:  # replayed in finalist order: the trace stays deterministic
             trace.event(str(event.pop("event")), **event)
         if err is not None:
@@ -247,18 +229,18 @@ def _select_finalist(
             if kept is not None and finalist is kept.finalist:
                 best = kept  # evaluated in this process: its quick reports are in the memo
             else:
-                best = _evaluate(
+                best = evaluate(
                     graph,
                     finalist,
-                    config,
+                    config.tiles,
                     Trace(quiet=True),
                     _quick_budget(config),
-                    memo=memo,
+                    memo,
                     parallel=True,
                 )
             refine = Refine(
                 _quick_budget(config),
-                max(1, int(config.exchange_refine_share * best.refined_cycles)),
+                int(config.exchange_refine_share * best.refined_cycles),
             )
             best.schedules = schedule_program(
                 best.program,
@@ -269,6 +251,7 @@ def _select_finalist(
                 memo,
                 parallel=True,
                 refine=refine,
+                phases={index: phase for index, (phase, _) in best.schedules.items()},
             )
         except PlanError as err:
             error = err
@@ -282,136 +265,9 @@ def _select_finalist(
     return None, error
 
 
-_WORK: tuple[ComputeGraph, list[Finalist], BuildConfig, ScheduleMemo] | None = None
-
-
-_Outcome = tuple[int | None, list[dict[str, object]], PlanError | None]
-
-
-def _quick(
-    graph: ComputeGraph, finalist: Finalist, config: BuildConfig, memo: ScheduleMemo
-) -> tuple[Evaluated | None, _Outcome]:
-    """A finalist on quick schedules: the evaluation (None if it could not be placed) and
-    its refined cycles, trace events and placement error."""
-    trace = Trace(quiet=True)
-    try:
-        evaluated = _evaluate(graph, finalist, config, trace, _quick_budget(config), memo=memo)
-    except PlanError as err:
-        return None, (None, trace.events, err)
-    return evaluated, (evaluated.refined_cycles, trace.events, None)
-
-
 def _quick_budget(config: BuildConfig) -> float:
     """Seconds per phase while comparing finalists: never more than the final budget."""
     return min(FINALIST_EXCHANGE_BUDGET, config.exchange_time_budget)
-
-
-def _evaluate_child(index: int) -> _Outcome:
-    """Refined cycles of one finalist (only numbers travel back from a worker)."""
-    assert _WORK is not None
-    graph, finalists, config, memo = _WORK
-    return _quick(graph, finalists[index], config, memo)[1]
-
-
-def _evaluate_all(
-    graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig, memo: ScheduleMemo
-) -> tuple[
-    list[tuple[Finalist, int | None, list[dict[str, object]], PlanError | None]],
-    Evaluated | None,
-]:
-    """Evaluate finalists, in parallel worker processes when fork is available: this process
-    takes every ``workers + 1``-th finalist from the first and keeps the lowering of the best of
-    them (it may win); the workers take the rest (each inherits the graph and finalists and
-    keeps its own copy of ``memo``; only numbers travel back)."""
-    global _WORK
-    _WORK = (graph, finalists, config, memo)
-    count = len(finalists)
-    kept: Evaluated | None = None
-    results: dict[int, _Outcome] = {}
-    try:
-        workers = min(count - 1, (os.cpu_count() or 1) - 1, MAX_FINALIST_WORKERS)
-        pool = None
-        if workers >= 1 and "fork" in mp.get_all_start_methods():
-            preload_solver()
-            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
-        try:
-            mine = range(0, count, workers + 1) if pool is not None else range(count)
-            futures = {
-                i: pool.submit(_evaluate_child, i)
-                for i in range(count)
-                if pool is not None and i not in mine
-            }
-            for i in mine:
-                evaluated, results[i] = _quick(graph, finalists[i], config, memo)
-                if evaluated is not None and (
-                    kept is None or evaluated.refined_cycles < kept.refined_cycles
-                ):
-                    kept = evaluated
-            results.update((i, future.result()) for i, future in futures.items())
-        finally:
-            if pool is not None:
-                pool.shutdown()
-    finally:
-        _WORK = None
-    return [(f, *results[i]) for i, f in enumerate(finalists)], kept
-
-
-def _evaluate(
-    graph: ComputeGraph,
-    finalist: Finalist,
-    config: BuildConfig,
-    trace: Trace,
-    exchange_budget: float,
-    verify: bool = False,
-    schedule_trace: Trace | None = None,
-    memo: ScheduleMemo | None = None,
-    parallel: bool = False,
-) -> Evaluated:
-    """Lower, map, place and schedule one finalist; refined cycles use its schedules."""
-    plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations if op.kind == "gemm"}
-    # Weight-carrying gemms spread over the tiles; a tile that cannot hold what the host
-    # writes before the run rejects the finalist here, before placement.
-    bodies = finalist.bodies
-    offsets, _ = tile_offsets(graph, finalist.gemm_plans, config.tiles, bodies)
-    program = lower_program(graph, plans, config.tiles, finalist.row_tiles, offsets, bodies)
-    balance = check_resident(program, finalist.index)
-    trace.event("balanced resident weights", finalist=finalist.index, **balance)
-    mapping = screen_mappings(program)
-    trace.event(
-        "screened tile mappings by exchange resource load",
-        candidates=mapping.candidates,
-        baseline_cycles=mapping.baseline_cycles,
-        candidate_cycles=mapping.candidate_cycles,
-        baseline_pressure=mapping.baseline_pressure,
-        candidate_pressure=mapping.candidate_pressure,
-    )
-    analytical = finalist.branch.cycles
-    analytical_exchange = finalist.branch.exchange_cycles
-    trace.event(
-        "modelled expanded operator plan",
-        finalist=finalist.index,
-        modelled_cycles=program.estimated_cycles,
-        estimated_cycles=analytical,
-        estimated_exchange_cycles=analytical_exchange,
-    )
-    placement = place_program(program, mapping.physical)
-    placement.mapped = mapping.mapped
-    # parallel only where no other finalist is being evaluated at the same time
-    schedules = schedule_program(
-        program, placement, exchange_budget, schedule_trace, verify, memo, parallel
-    )
-    scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
-    refined = analytical - analytical_exchange + scheduled
-    trace.event(
-        "scheduled operator-plan finalist",
-        finalist=finalist.index,
-        mapped=mapping.mapped,
-        analytical_cycles=analytical,
-        analytical_exchange_cycles=analytical_exchange,
-        scheduled_exchange_cycles=scheduled,
-        refined_cycles=refined,
-    )
-    return Evaluated(finalist, program, placement, schedules, plans, refined)
 
 
 def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:

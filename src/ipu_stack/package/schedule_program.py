@@ -24,13 +24,15 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from ipu_stack.exchange.memo import ScheduleMemo, phase_key
+from ipu_stack.exchange.constraints import compile_phase
+from ipu_stack.exchange.memo import ScheduleMemo, phase_key, problem_key
 from ipu_stack.exchange.model import (
     IPU21_MODEL,
     ExchangePhase,
     PhaseSchedule,
     maximum_identical_destinations,
 )
+from ipu_stack.exchange.schedule_pieces import MAX_PIECES
 from ipu_stack.exchange.scheduler import PhaseReport, exchange_row_words, optimize_phase
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.low.program import ExchangeStep, LowProgram
@@ -83,6 +85,7 @@ def schedule_program(
     memo: ScheduleMemo | None = None,
     parallel: bool = True,
     refine: Refine | None = None,
+    phases: dict[int, ExchangePhase] | None = None,
 ) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
     """Schedule (and with ``verify``, verify) every exchange step of a placed program; large
     phases are logged to ``trace`` in program order.
@@ -92,14 +95,12 @@ def schedule_program(
     share their phases with forked workers (the same schedules; workers' memo entries stay in
     the workers). With ``refine`` (and ``time_budget`` above its quick budget), a phase keeps
     its quick schedule unless the gap it leaves could be worth the full budget; the trace then
-    says how many phases were rescheduled.
+    says how many phases were rescheduled. ``phases`` are the program's physical phases if
+    the caller has made them already (:func:`program_phases`). Reports made in workers are
+    added to ``memo`` too.
     """
     memo = memo if memo is not None else ScheduleMemo()
-    phases = {
-        index: physical_phase(step, placement)
-        for index, step in enumerate(program.steps)
-        if isinstance(step, ExchangeStep)
-    }
+    phases = phases if phases is not None else program_phases(program, placement)
     groups = _groups(phases)
     if refine is not None and time_budget <= refine.quick_budget:
         refine = None  # a budget no larger than the quick one: every phase at that budget
@@ -140,6 +141,22 @@ def schedule_program(
     return schedules
 
 
+def program_phases(program: LowProgram, placement: Placement) -> dict[int, ExchangePhase]:
+    """The physical exchange phase of every exchange step, by step index."""
+    return {
+        index: physical_phase(step, placement)
+        for index, step in enumerate(program.steps)
+        if isinstance(step, ExchangeStep)
+    }
+
+
+def phase_problem_key(phase: ExchangePhase, budget: float) -> bytes:
+    """The memo key :func:`schedule_program` files a phase's report under at ``budget``: equal
+    keys, equal schedules (in any process)."""
+    problem = compile_phase(phase, IPU21_MODEL)
+    return problem_key(problem, IPU21_MODEL, budget, EXCHANGE_TARGET_GAP, False, MAX_PIECES)
+
+
 def _processes(phases: dict[int, ExchangePhase], groups: int) -> int:
     """Worker processes for a program's phases: one per core (at most
     :data:`MAX_SCHEDULE_WORKERS`, at most one per group), or 0 (this process alone) for a
@@ -175,7 +192,10 @@ def _run(job: _Job, memo: ScheduleMemo, groups: list[list[int]], processes: int)
         with ProcessPoolExecutor(processes, mp_context=mp.get_context("fork")) as pool:
             futures = [pool.submit(_child, k) for k in range(len(groups))]
             for future in futures:
-                results.update(future.result())
+                part, reports, verified = future.result()
+                results.update(part)
+                memo.reports.update(reports)  # later programs of this build reuse them
+                memo.verified.update(verified)
     finally:
         _JOB = None
     return results
@@ -188,10 +208,14 @@ def preload_solver() -> None:
         import ortools.sat.python.cp_model  # noqa: F401
 
 
-def _child(k: int) -> _Result:
+def _child(k: int) -> tuple[_Result, dict[bytes, PhaseReport], set[bytes]]:
+    """One group's schedules, with the reports and verifications this worker added."""
     assert _JOB is not None
     job, memo, parts = _JOB
-    return _schedule_part(job, memo, parts[k])
+    known, verified = set(memo.reports), set(memo.verified)
+    out = _schedule_part(job, memo, parts[k])
+    added = {key: r for key, r in memo.reports.items() if key not in known}
+    return out, added, memo.verified - verified
 
 
 def _schedule_part(job: _Job, memo: ScheduleMemo, indices: list[int]) -> _Result:

@@ -1,0 +1,288 @@
+"""Finalists lowered, placed and compared on quick exchange schedules, side by side.
+
+The finalists of a build plan most operations alike, so their programs share most exchange
+phases: on the 224 px SigLIP vision model the second finalist's 45 phases compile to 44
+problems the first one already has. Each finalist is lowered and placed in its own process
+(forked: the graph and finalists are inherited), and each process reports the memo key of
+every phase (:func:`~ipu_stack.package.schedule_program.phase_problem_key`). Each distinct
+problem is then scheduled once, by the first finalist (in index order) that has it: the build
+process schedules finalist 0's (sharing them with forked workers, ``schedule_program``) while
+each worker schedules the problems only it has. Schedules are deterministic, so a problem's
+horizon is the same in whichever process it was made, and every finalist's refined cycles
+are those a separate evaluation would give. Only keys and horizons travel between processes.
+
+Without fork (or with one finalist), the finalists are evaluated in turn in this process,
+sharing one memo: the same numbers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ipu_stack.errors import PlanError
+from ipu_stack.exchange.memo import ScheduleMemo
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
+from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.low.lower import lower_program
+from ipu_stack.low.program import LowProgram
+from ipu_stack.mid.gemm_plan import GemmPlan
+from ipu_stack.mid.lower_mid import Finalist
+from ipu_stack.package.schedule_program import (
+    phase_problem_key,
+    preload_solver,
+    program_phases,
+    schedule_program,
+)
+from ipu_stack.place.assign import Placement, place_program
+from ipu_stack.place.balance import check_resident, tile_offsets
+from ipu_stack.place.mapping import screen_mappings
+from ipu_stack.target.ipu21 import SYNC_CYCLES
+from ipu_stack.trace import Trace
+
+#: per finalist: refined cycles (None if it could not be placed), its trace events, its error
+Outcome = tuple[int | None, list[dict[str, object]], PlanError | None]
+
+
+@dataclass(slots=True)
+class Placed:
+    """A finalist lowered, mapped and placed (not yet scheduled)."""
+
+    finalist: Finalist
+    program: LowProgram
+    placement: Placement
+    plans: dict[int, GemmPlan]
+
+
+@dataclass(slots=True)
+class Evaluated:
+    """A finalist lowered, mapped, placed and physically scheduled."""
+
+    finalist: Finalist
+    program: LowProgram
+    placement: Placement
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]]
+    plans: dict[int, GemmPlan]
+    refined_cycles: int
+
+
+def place_finalist(graph: ComputeGraph, finalist: Finalist, tiles: int, trace: Trace) -> Placed:
+    """Lower, map and place one finalist.
+
+    Raises:
+        PlanError: the finalist's weights or buffers do not fit a tile.
+    """
+    plans = {op.id: finalist.gemm_plans[op.name] for op in graph.operations if op.kind == "gemm"}
+    # Weight-carrying gemms spread over the tiles; a tile that cannot hold what the host
+    # writes before the run rejects the finalist here, before placement.
+    bodies = finalist.bodies
+    offsets, _ = tile_offsets(graph, finalist.gemm_plans, tiles, bodies)
+    program = lower_program(graph, plans, tiles, finalist.row_tiles, offsets, bodies)
+    balance = check_resident(program, finalist.index)
+    trace.event("balanced resident weights", finalist=finalist.index, **balance)
+    mapping = screen_mappings(program)
+    trace.event(
+        "screened tile mappings by exchange resource load",
+        candidates=mapping.candidates,
+        baseline_cycles=mapping.baseline_cycles,
+        candidate_cycles=mapping.candidate_cycles,
+        baseline_pressure=mapping.baseline_pressure,
+        candidate_pressure=mapping.candidate_pressure,
+    )
+    trace.event(
+        "modelled expanded operator plan",
+        finalist=finalist.index,
+        modelled_cycles=program.estimated_cycles,
+        estimated_cycles=finalist.branch.cycles,
+        estimated_exchange_cycles=finalist.branch.exchange_cycles,
+    )
+    placement = place_program(program, mapping.physical)
+    placement.mapped = mapping.mapped
+    return Placed(finalist, program, placement, plans)
+
+
+def refined_cycles(finalist: Finalist, scheduled: int, trace: Trace, mapped: bool) -> int:
+    """The finalist's analytical cycles with its modelled exchange replaced by ``scheduled``."""
+    analytical, analytical_exchange = finalist.branch.cycles, finalist.branch.exchange_cycles
+    refined = analytical - analytical_exchange + scheduled
+    trace.event(
+        "scheduled operator-plan finalist",
+        finalist=finalist.index,
+        mapped=mapped,
+        analytical_cycles=analytical,
+        analytical_exchange_cycles=analytical_exchange,
+        scheduled_exchange_cycles=scheduled,
+        refined_cycles=refined,
+    )
+    return refined
+
+
+def evaluate(
+    graph: ComputeGraph,
+    finalist: Finalist,
+    tiles: int,
+    trace: Trace,
+    budget: float,
+    memo: ScheduleMemo | None = None,
+    parallel: bool = False,
+) -> Evaluated:
+    """Lower, map, place and schedule one finalist; refined cycles use its schedules."""
+    placed = place_finalist(graph, finalist, tiles, trace)
+    schedules = schedule_program(
+        placed.program, placed.placement, budget, None, False, memo, parallel
+    )
+    scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
+    refined = refined_cycles(finalist, scheduled, trace, placed.placement.mapped)
+    return Evaluated(finalist, placed.program, placed.placement, schedules, placed.plans, refined)
+
+
+def evaluate_finalists(
+    graph: ComputeGraph,
+    finalists: list[Finalist],
+    tiles: int,
+    budget: float,
+    memo: ScheduleMemo,
+) -> tuple[list[Outcome], Evaluated | None]:
+    """Every finalist's outcome (in finalist order) and the evaluation of finalist 0, kept
+    in this process (None if it could not be placed); ``memo`` gains finalist 0's reports."""
+    if len(finalists) < 2 or "fork" not in mp.get_all_start_methods():
+        return _in_turn(graph, finalists, tiles, budget, memo)
+    preload_solver()  # imported once, before forking
+    context = mp.get_context("fork")
+    workers: list[tuple[Any, Connection]] = []
+    try:
+        for finalist in finalists[1:]:
+            mine, theirs = context.Pipe()
+            process = context.Process(
+                target=_worker, args=(theirs, graph, finalist, tiles, budget), daemon=True
+            )
+            process.start()
+            theirs.close()
+            workers.append((process, mine))
+        return _side_by_side(graph, finalists, tiles, budget, memo, [c for _, c in workers])
+    finally:
+        for process, connection in workers:
+            connection.close()
+            process.join(timeout=5)
+            if process.is_alive():  # pragma: no cover - only after an error elsewhere
+                process.kill()
+
+
+def _in_turn(
+    graph: ComputeGraph, finalists: list[Finalist], tiles: int, budget: float, memo: ScheduleMemo
+) -> tuple[list[Outcome], Evaluated | None]:
+    outcomes: list[Outcome] = []
+    kept: Evaluated | None = None
+    for i, finalist in enumerate(finalists):
+        trace = Trace(quiet=True)
+        try:
+            evaluated = evaluate(graph, finalist, tiles, trace, budget, memo)
+        except PlanError as err:
+            outcomes.append((None, trace.events, err))
+            continue
+        kept = evaluated if i == 0 else kept
+        outcomes.append((evaluated.refined_cycles, trace.events, None))
+    return outcomes, kept
+
+
+def _side_by_side(
+    graph: ComputeGraph,
+    finalists: list[Finalist],
+    tiles: int,
+    budget: float,
+    memo: ScheduleMemo,
+    connections: list[Connection],
+) -> tuple[list[Outcome], Evaluated | None]:
+    trace = Trace(quiet=True)
+    placed: Placed | None = None
+    error: PlanError | None = None
+    phases: dict[int, ExchangePhase] = {}
+    try:
+        placed = place_finalist(graph, finalists[0], tiles, trace)
+        phases = program_phases(placed.program, placed.placement)
+    except PlanError as err:
+        error = err
+    # Each distinct problem is scheduled by the first placed finalist that has it.
+    first_keys = {i: phase_problem_key(p, budget) for i, p in phases.items()}
+    owned = set(first_keys.values())
+    reports = [_receive(c) for c in connections]
+    for connection, report in zip(connections, reports, strict=True):
+        if report[0] == "placed":
+            keys: dict[int, bytes] = report[1]
+            connection.send(sorted(i for i, k in keys.items() if k not in owned))
+            owned.update(keys.values())
+    kept: Evaluated | None = None
+    outcomes: list[Outcome] = []
+    horizons: dict[bytes, int] = {}
+    if placed is not None:
+        schedules = schedule_program(
+            placed.program, placed.placement, budget, None, False, memo, True, phases=phases
+        )
+        for index, (_, schedule) in schedules.items():
+            horizons[first_keys[index]] = schedule.horizon
+        scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
+        refined = refined_cycles(finalists[0], scheduled, trace, placed.placement.mapped)
+        kept = Evaluated(
+            finalists[0], placed.program, placed.placement, schedules, placed.plans, refined
+        )
+        outcomes.append((refined, trace.events, None))
+    else:
+        outcomes.append((None, trace.events, error))
+    for connection, report in zip(connections, reports, strict=True):
+        if report[0] == "placed":
+            horizons.update(_receive(connection)[1])
+    for finalist, report in zip(finalists[1:], reports, strict=True):
+        events = report[-1]
+        if report[0] != "placed":
+            outcomes.append((None, events, report[1]))
+            continue
+        keys, mapped = report[1], report[2]
+        scheduled = sum(SYNC_CYCLES + horizons[k] for k in keys.values())
+        own = Trace(quiet=True)
+        refined = refined_cycles(finalist, scheduled, own, mapped)
+        outcomes.append((refined, events + own.events, None))
+    return outcomes, kept
+
+
+def _receive(connection: Connection) -> tuple[Any, ...]:
+    """A worker's next message; a worker's failure (other than a placement error) is raised."""
+    try:
+        message: tuple[Any, ...] = connection.recv()
+    except EOFError:
+        raise RuntimeError("a finalist worker process ended without reporting") from None
+    if message[0] == "crashed":
+        raise RuntimeError(f"a finalist worker process failed:\n{message[1]}")
+    return message
+
+
+def _worker(
+    connection: Connection, graph: ComputeGraph, finalist: Finalist, tiles: int, budget: float
+) -> None:
+    """In a forked process: place ``finalist``, report its phases' keys, then schedule the
+    phases it is sent and report their horizons by key."""
+    trace = Trace(quiet=True)
+    try:
+        try:
+            placed = place_finalist(graph, finalist, tiles, trace)
+        except PlanError as err:
+            connection.send(("failed", err, trace.events))
+            return
+        phases = program_phases(placed.program, placed.placement)
+        keys = {i: phase_problem_key(p, budget) for i, p in phases.items()}
+        connection.send(("placed", keys, placed.placement.mapped, trace.events))
+        wanted: list[int] = connection.recv()
+        memo = ScheduleMemo()
+        part = {i: phases[i] for i in wanted}
+        schedules = schedule_program(
+            placed.program, placed.placement, budget, None, False, memo, False, phases=part
+        )
+        connection.send(("scheduled", {keys[i]: s.horizon for i, (_, s) in schedules.items()}))
+    except EOFError:  # the build process stopped listening
+        return
+    except BaseException:
+        connection.send(("crashed", traceback.format_exc()))
+    finally:
+        connection.close()
