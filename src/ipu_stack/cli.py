@@ -302,5 +302,20 @@ def _main(argv: Sequence[str] | None) -> int:
     return 2  # pragma: no cover - argparse requires a command
 
 
+def entry() -> NoReturn:
+    """The ``ipu-stack`` console script: :func:`main`, then a quick exit (the heap is not
+    freed object by object; output is flushed first)."""
+    from ipu_stack.gc_pause import enable_quick_exit, exit_now
+
+    enable_quick_exit()
+    try:
+        code = main()
+    except SystemExit as stop:  # argparse's exits (--help, bad arguments)
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        if isinstance(stop.code, str):
+            sys.stderr.write(stop.code + "\n")
+    exit_now(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    entry()

@@ -58,7 +58,8 @@ def test_saved_package_runs_bit_identical_to_in_memory_and_matches_onnxruntime(
     in_memory = SimDevice().run(built.program, built.placement, built.schedules,
                                 bindings.feeds({"x": x}))  # fmt: skip
     path = tmp_path / "model.ipuexe"
-    package.save(path)
+    size, digest = package.write(path)
+    assert size == path.stat().st_size and digest == package.digest == Package.load(path).digest
     session = Session(SimDevice()).load(path)
     session.initialize()
     y = session.run({"x": x})["y"]

@@ -183,6 +183,7 @@ def _load_onnx(path: str, precision: str | None, input_shapes: dict[str, Any]) -
 
 
 def _compile(args: argparse.Namespace) -> int:
+    from ipu_stack.gc_pause import hold_until_exit
     from ipu_stack.graph.onnx_import import import_onnx
     from ipu_stack.graph.weight_precision import quantize_bindings
     from ipu_stack.package.assemble import assemble_package, report_json
@@ -220,8 +221,9 @@ def _compile(args: argparse.Namespace) -> int:
     with trace.phase("assemble_package"):
         package = assemble_package(built, onnx_bindings.parameters, names=names)
     with trace.phase("write_package"):
-        size = package.save(args.output)
-    summary = package_summary(package, args.output, size)
+        size, digest = package.write(args.output)
+    summary = package_summary(package, args.output, size, digest)
+    hold_until_exit(built, package, graph, proto)  # freed by the process's end, not one by one
     if args.json:
         print(json.dumps({**summary, "report": report_json(built.report())}, sort_keys=True))
         return 0
@@ -362,8 +364,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 # -- inspect ------------------------------------------------------------------------------------
-def package_summary(package: Any, path: str, size: int) -> dict[str, Any]:
-    """What package-inspect prints first: identity, sizes, program shape."""
+def package_summary(
+    package: Any, path: str, size: int, digest: str | None = None
+) -> dict[str, Any]:
+    """What package-inspect prints first: identity, sizes, program shape (``digest``: the
+    one just written, if known)."""
     m = package.manifest
     steps = m["program"]["steps"]
     calls = Counter(c[0] for s in steps if s["kind"] == "compute" for c in s["calls"])
@@ -371,7 +376,7 @@ def package_summary(package: Any, path: str, size: int) -> dict[str, Any]:
     return {
         "path": path,
         "bytes": size,
-        "digest": package.digest,
+        "digest": digest or package.digest,
         "schema_version": m["schema_version"],
         "compiler_version": m["compiler_version"],
         "target": m["target"],

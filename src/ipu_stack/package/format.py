@@ -168,12 +168,17 @@ class Package:
         Raises:
             PackageError: the file could not be written (nothing is left at ``path``).
         """
+        return self.write(path)[0]
+
+    def write(self, path: str | os.PathLike[str]) -> tuple[int, str]:
+        """:meth:`save`, also returning the digest written (without sealing the package
+        again, as :attr:`digest` would)."""
         from ipu_stack.outputs import OutputError, atomic_write
 
         try:
             with collector_paused():
                 blob = self.to_bytes()
-            return atomic_write(path, blob)
+            return atomic_write(path, blob), blob[32:64].hex()
         except OutputError as err:
             raise PackageError(str(err)) from None
 
