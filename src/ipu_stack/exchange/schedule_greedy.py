@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import time as time_module
 from bisect import bisect_right
-from itertools import islice
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,9 @@ POP_WORK = 4
 HAZARD_RETRIES = 16
 #: Most waves a whole-phase unicast decomposition may have (one matching per wave).
 MAX_GLOBAL_WAVES = 64
+
+
+_Successors = tuple[list[list[tuple[int, int]]], list[int]]
 
 
 class Calendar:
@@ -87,8 +90,9 @@ class Calendar:
             starts = starts_of.get(resource)
             if starts is None:
                 settled += 1  # never occupied: free at ``time``
+            elif time + offset >= (ends := ends_of[resource])[-1]:
+                settled += 1  # free from the end of its last busy interval on
             else:
-                ends = ends_of[resource]
                 at = time + offset
                 k = bisect_right(starts, at) - 1
                 if k >= 0 and ends[k] > at:
@@ -108,6 +112,43 @@ class Calendar:
                 position = 0
         return time
 
+    def occupy_uses(self, uses: list[tuple[int, int]], time: int, length: int) -> None:
+        """Mark every ``(resource, offset)`` use busy for ``length`` cycles from ``time``.
+
+        :meth:`occupy` for each use, inlined (the list schedulers' other inner loop)."""
+        starts_of = self.starts
+        ends_of = self.ends
+        for resource, offset in uses:
+            begin = time + offset
+            end = begin + length
+            starts = starts_of.get(resource)
+            if starts is None:
+                starts_of[resource] = [begin]
+                ends_of[resource] = [end]
+                continue
+            ends = ends_of[resource]
+            if begin >= ends[-1]:
+                if begin == ends[-1]:
+                    ends[-1] = end
+                else:
+                    starts.append(begin)
+                    ends.append(end)
+                continue
+            k = bisect_right(starts, begin)
+            joins_previous = k > 0 and ends[k - 1] == begin
+            joins_next = k < len(starts) and starts[k] == end
+            if joins_previous and joins_next:
+                ends[k - 1] = ends[k]
+                del starts[k]
+                del ends[k]
+            elif joins_previous:
+                ends[k - 1] = end
+            elif joins_next:
+                starts[k] = begin
+            else:
+                starts.insert(k, begin)
+                ends.insert(k, end)
+
     def occupy(self, resource: int, begin: int, end: int) -> None:
         """Mark ``[begin, end)`` busy (it must be free)."""
         starts = self.starts.get(resource)
@@ -116,6 +157,13 @@ class Calendar:
             self.ends[resource] = [end]
             return
         ends = self.ends[resource]
+        if begin >= ends[-1]:  # after every busy interval (the usual case)
+            if begin == ends[-1]:
+                ends[-1] = end
+            else:
+                starts.append(begin)
+                ends.append(end)
+            return
         k = bisect_right(starts, begin)
         joins_previous = k > 0 and ends[k - 1] == begin
         joins_next = k < len(starts) and starts[k] == end
@@ -132,16 +180,20 @@ class Calendar:
             ends.insert(k, end)
 
 
-def transfer_uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
-    """Per transfer, its ``(resource, offset)`` uses."""
-    pairs = zip(problem.use_resources.tolist(), problem.use_offsets.tolist(), strict=True)
-    return [list(islice(pairs, n)) for n in np.diff(problem.use_starts).tolist()]
+#: The per-transfer lists most recently built, by problem identity (a problem is immutable and
+#: kept alive by its entry, so its id cannot be reused): one phase's list schedulers (priority
+#: order, matching waves, preemptive orders, dense greedy) all read the same lists.
+_LISTS_CACHE: dict[int, tuple[ResourceProblem, list[list[tuple[int, int]]], _Successors]] = {}
+_LISTS_CACHE_SIZE = 2
 
 
-def dependency_successors(
-    problem: ResourceProblem,
-) -> tuple[list[list[tuple[int, int]]], list[int]]:
-    """Per transfer, its ``(successor, delay)`` dependencies; and its number of predecessors."""
+def _lists(problem: ResourceProblem) -> tuple[list[list[tuple[int, int]]], _Successors]:
+    known = _LISTS_CACHE.get(id(problem))
+    if known is not None and known[0] is problem:
+        return known[1], known[2]
+    pairs = list(zip(problem.use_resources.tolist(), problem.use_offsets.tolist(), strict=True))
+    bounds = problem.use_starts.tolist()
+    uses = [pairs[begin:end] for begin, end in pairwise(bounds)]
     successors: list[list[tuple[int, int]]] = [[] for _ in range(problem.count)]
     waiting = [0] * problem.count
     for b, a, d in zip(
@@ -152,7 +204,24 @@ def dependency_successors(
     ):
         successors[b].append((a, d))
         waiting[a] += 1
-    return successors, waiting
+    if len(_LISTS_CACHE) >= _LISTS_CACHE_SIZE:
+        del _LISTS_CACHE[next(iter(_LISTS_CACHE))]
+    _LISTS_CACHE[id(problem)] = (problem, uses, (successors, waiting))
+    return uses, (successors, waiting)
+
+
+def transfer_uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
+    """Per transfer, its ``(resource, offset)`` uses (shared lists: do not modify them)."""
+    return _lists(problem)[0]
+
+
+def dependency_successors(
+    problem: ResourceProblem,
+) -> tuple[list[list[tuple[int, int]]], list[int]]:
+    """Per transfer, its ``(successor, delay)`` dependencies (shared lists: do not modify
+    them); and its number of predecessors (a fresh list the caller may count down)."""
+    successors, waiting = _lists(problem)[1]
+    return successors, list(waiting)
 
 
 def dense_greedy(
@@ -219,8 +288,8 @@ def dense_greedy(
             return None
         if best >= 0:
             length = durations[best]
-            for r, o in uses[best]:
-                calendar.occupy(r, time + o, time + o + length)
+            calendar.occupy_uses(uses[best], time, length)
+            for r, _ in uses[best]:
                 remaining[r] -= length
             start[best] = time
             queue.remove(best)
@@ -267,14 +336,13 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
     calendar = Calendar(problem.resource_count)
     start = [0] * count
     earliest = calendar.earliest
-    occupy = calendar.occupy
+    occupy = calendar.occupy_uses
     if not problem.dependency_before.size and _is_permutation(order, count):
         # Nothing waits: transfers come off the ready queue in exactly the given order.
         for i in order.tolist():
             length = durations[i]
             time = earliest(uses[i], length, 0)
-            for r, o in uses[i]:
-                occupy(r, time + o, time + o + length)
+            occupy(uses[i], time, length)
             start[i] = time
         return np.asarray(start, dtype=np.int64)
     rank = np.empty(count, dtype=np.int64)
@@ -286,8 +354,7 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
         _, i = heapq.heappop(ready)
         length = durations[i]
         time = earliest(uses[i], length, release[i])
-        for r, o in uses[i]:
-            occupy(r, time + o, time + o + length)
+        occupy(uses[i], time, length)
         start[i] = time
         for successor, delay in successors[i]:
             release[successor] = max(release[successor], time + delay)

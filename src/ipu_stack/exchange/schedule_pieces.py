@@ -110,8 +110,7 @@ def preemptive_fit(
             else:
                 time = calendar.earliest(uses[i], min(remaining, min_piece), time)
                 piece = min(remaining, _window(calendar, uses[i], time))
-            for r, o in uses[i]:
-                calendar.occupy(r, time + o, time + o + piece)
+            calendar.occupy_uses(uses[i], time, piece)
             owner.append(i)
             send.append(time)
             offset.append(done)
