@@ -31,6 +31,7 @@ two transfers interleave and their latencies on the shared port differ. Those th
 from __future__ import annotations
 
 import heapq
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -358,10 +359,8 @@ def clique_bound(
     bounds_of = np.searchsorted(resources[order], np.arange(problem.resource_count + 1))
     load = problem.resource_loads()
     seeds = np.argsort(-load, kind="stable")[:max_seeds].tolist()
-    starts = problem.use_starts
-    resource_sets = [
-        frozenset(resources[starts[i] : starts[i + 1]].tolist()) for i in range(problem.count)
-    ]
+    flat = resources.tolist()
+    resource_sets = [frozenset(flat[a:b]) for a, b in pairwise(problem.use_starts.tolist())]
     durations = problem.durations
     best = 0
     seen: set[frozenset[int]] = set()

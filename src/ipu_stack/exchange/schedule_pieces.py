@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -192,8 +193,5 @@ def schedule_from_pieces(
         first_send[problem.arrays.destination_transfers] + problem.destination_latency
     ).tolist()
     destination_bounds = problem.arrays.destination_starts.tolist()
-    first_arrivals = tuple(
-        tuple(arrival[destination_bounds[i] : destination_bounds[i + 1]])
-        for i in range(problem.count)
-    )
+    first_arrivals = tuple(tuple(arrival[begin:end]) for begin, end in pairwise(destination_bounds))
     return PhaseSchedule(grouped, pieces_horizon(problem, pieces), kind, model, first_arrivals)
