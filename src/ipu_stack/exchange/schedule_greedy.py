@@ -521,9 +521,13 @@ def _matching_waves(
     key = left.astype(np.int64) * size + right
     edge_keys, edge_of = np.unique(key, return_inverse=True)
     edge_list = edge_of.tolist()
-    real: list[list[int]] = [[] for _ in range(edge_keys.size)]
-    for position in range(members.size - 1, -1, -1):
-        real[edge_list[position]].append(position)
+    # The real members of each edge in position order (``by_edge[first[e]:stop[e]]``); the
+    # next wave takes edge e's member at ``following[e]``.
+    by_edge = np.argsort(edge_of, kind="stable")
+    per_edge = np.bincount(edge_of, minlength=edge_keys.size)
+    following = np.zeros(edge_keys.size, dtype=np.int64)
+    np.cumsum(per_edge[:-1], out=following[1:])
+    stop = following + per_edge
     extra: dict[int, int] = {}
     left_deficit = (degree - left_degree).tolist()
     right_deficit = (degree - right_degree).tolist()
@@ -542,14 +546,13 @@ def _matching_waves(
     all_keys = all_keys[np.concatenate(([True], all_keys[1:] != all_keys[:-1]))]
     count = np.zeros(all_keys.size, dtype=np.int64)
     real_index: IntArray = np.asarray(np.searchsorted(all_keys, edge_keys), dtype=np.int64)
-    count[real_index] = [len(r) for r in real]
+    count[real_index] = per_edge
     # Keys of ``extra`` are distinct: one vectorised add per key.
     count[np.searchsorted(all_keys, extra_keys)] += np.fromiter(
         extra.values(), dtype=np.int64, count=len(extra)
     )
     real_of = np.full(all_keys.size, -1, dtype=np.int64)
     real_of[real_index] = np.arange(edge_keys.size)
-    real_of_list = real_of.tolist()
     real_index_list = real_index.tolist()
     member_list = members.tolist()
     rows_all = all_keys // size
@@ -568,14 +571,14 @@ def _matching_waves(
         rows = np.flatnonzero(matched >= 0)
         return np.searchsorted(all_keys, rows * size + matched[rows]), ok
 
-    waves: list[int] = []
+    waves: list[IntArray] = []
     no_ban = np.zeros(all_keys.size, dtype=bool)
     for _ in range(degree):
         chosen, _ok = match(no_ban)
         if hazards:
             banned = no_ban.copy()
             for _attempt in range(HAZARD_RETRIES):
-                wave = [real[r][-1] for r in real_of[chosen].tolist() if r >= 0 and real[r]]
+                wave = by_edge[following[_with_members(real_of[chosen], following, stop)]].tolist()
                 clashes = _wave_conflicts(wave, member_list, hazards)
                 if not clashes:
                     break
@@ -592,15 +595,20 @@ def _matching_waves(
                 banned, chosen = trial, retry
         # Matched edges are distinct: one vectorised decrement.
         count[chosen] -= 1
-        wave = []
-        for e in chosen.tolist():
-            r = real_of_list[e]
-            if r >= 0 and real[r]:
-                wave.append(real[r].pop())
-        waves.extend(sorted(wave))
-    taken = set(waves)
-    rest = [position for position in range(members.size) if position not in taken]
-    return members[np.asarray(waves + rest, dtype=np.int64)]
+        edges = _with_members(real_of[chosen], following, stop)
+        waves.append(np.sort(by_edge[following[edges]]))
+        following[edges] += 1
+    taken = np.zeros(members.size, dtype=bool)
+    for wave_positions in waves:
+        taken[wave_positions] = True
+    waves.append(np.flatnonzero(~taken))
+    return members[np.concatenate(waves)]
+
+
+def _with_members(edges: IntArray, following: IntArray, stop: IntArray) -> IntArray:
+    """The real edges (``>= 0``) among ``edges`` that still have a member to place, in order."""
+    edges = edges[edges >= 0]
+    return edges[following[edges] < stop[edges]]
 
 
 def _small_maximum_matching(sources: list[int], destinations: list[int]) -> list[int]:
