@@ -212,10 +212,22 @@ class ExchangePhase:
         Raises:
             ScheduleError: naming the first bad transfer's index and what is wrong with it.
         """
+        known = _VALIDATED.get(id(self))
+        if known is not None and known is self:
+            return  # immutable, and accepted before (scheduling and verifying both validate)
         if not 1 <= self.tile_count <= TILES:
             raise ScheduleError(f"tile_count must be in 1..{TILES}, got {self.tile_count}")
         for index in _suspects(self):
             _validate_transfer(index, self.transfers[index], self.tile_count)
+        if len(_VALIDATED) >= _VALIDATED_SIZE:
+            del _VALIDATED[next(iter(_VALIDATED))]
+        _VALIDATED[id(self)] = self
+
+
+#: The phases most recently accepted by :meth:`ExchangePhase.validate`, by identity (each kept
+#: alive by its entry, so its id cannot be reused).
+_VALIDATED: dict[int, ExchangePhase] = {}
+_VALIDATED_SIZE = 4
 
 
 def _suspects(phase: ExchangePhase) -> list[int]:
