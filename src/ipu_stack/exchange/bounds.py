@@ -31,6 +31,7 @@ two transfers interleave and their latencies on the shared port differ. Those th
 from __future__ import annotations
 
 import heapq
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -192,18 +193,105 @@ def jackson_bound(
     candidates = np.flatnonzero(optimistic > floor)
     if candidates.size == 0:
         return 0
+    # The loop below returns the largest Jackson value over the candidates (a resource is left
+    # out only when an upper bound on its value cannot beat the best so far). Cheap brackets
+    # ``low <= value <= high`` of every candidate, computed at once, give most values exactly
+    # (``low == high``) and a high start for ``best``, so few resources need Jackson's rule.
+    chosen = np.zeros(size, dtype=bool)
+    chosen[candidates] = True
+    rows = np.flatnonzero(chosen[resources])
+    low, high = _brackets(resources[rows], release[rows], duration[rows], tail[rows], size)
+    high = np.minimum(high, optimistic.astype(np.int64))
     order = np.argsort(resources, kind="stable")
     bounds_of = np.searchsorted(resources[order], np.arange(size + 1))
-    best = 0
+    best = max(0, int(low[candidates].max()))
     for resource in candidates[np.argsort(-optimistic[candidates])].tolist():
-        if optimistic[resource] <= max(best, floor):
-            break
+        if high[resource] <= best:
+            continue
+        if low[resource] == high[resource]:
+            best = int(high[resource])
+            continue
         rows = order[bounds_of[resource] : bounds_of[resource + 1]]
         best = max(
             best,
             _jackson(release[rows].tolist(), duration[rows].tolist(), tail[rows].tolist()),
         )
     return best
+
+
+def _brackets(
+    resources: IntArray, release: IntArray, duration: IntArray, tail: IntArray, size: int
+) -> tuple[IntArray, IntArray]:
+    """Per resource, bounds ``low <= J <= high`` on its one-machine value ``J`` (the optimal
+    ``max(C_j + q_j)`` with release times and tails, preemption allowed).
+
+    ``low``: any set ``S`` of the resource's jobs needs ``min r + sum p + min q`` (Carlier),
+    taken for the sets of the latest-released jobs, of the longest-tailed jobs, and of single
+    jobs. ``high``: the value of one feasible schedule, the jobs in release order without idle
+    time beyond the releases (``C_j = P_j + max_{i <= j} (r_i - P_{i-1})`` with ``P`` the
+    running sum of durations). Resources without jobs get ``low = high = -2**62``.
+    """
+    low = np.full(size, -(2**62), dtype=np.int64)
+    high = low.copy()
+    if resources.size == 0:
+        return low, high
+    np.maximum.at(low, resources, release + duration + tail)
+    by_release = _segment_order(resources, release)
+    by_tail = _segment_order(resources, tail)
+    for order, key, other in ((by_release, release, tail), (by_tail, tail, release)):
+        # Jobs with the largest key first: each prefix is a set with min key = the current one.
+        order = order[::-1]
+        segment, first = _segments(resources[order])
+        work = _running_sums(duration[order], first)
+        smallest_other = _running(other[order], segment, np.minimum)
+        _segment_max(low, resources[order], first, key[order] + work + smallest_other)
+    segment, first = _segments(resources[by_release])
+    work = _running_sums(duration[by_release], first)
+    before = work - duration[by_release]
+    completion = work + _running(release[by_release] - before, segment, np.maximum)
+    _segment_max(high, resources[by_release], first, completion + tail[by_release])
+    return low, high
+
+
+def _segment_order(resources: IntArray, key: IntArray) -> IntArray:
+    """Positions sorted by resource, then by ``key`` (stable)."""
+    return np.lexsort((key, resources))
+
+
+def _segments(sorted_resources: IntArray) -> tuple[IntArray, IntArray]:
+    """For resource ids in runs: the run index of every position, and each run's first one."""
+    starts = np.ones(sorted_resources.size, dtype=bool)
+    starts[1:] = sorted_resources[1:] != sorted_resources[:-1]
+    first = np.flatnonzero(starts)
+    return np.cumsum(starts) - 1, first
+
+
+def _running_sums(values: IntArray, first: IntArray) -> IntArray:
+    """Running sums that restart at every run start."""
+    total = np.cumsum(values)
+    before = np.zeros(first.size, dtype=np.int64)
+    before[1:] = total[first[1:] - 1]
+    counts = np.diff(np.append(first, values.size))
+    return total - np.repeat(before, counts)
+
+
+def _running(values: IntArray, segment: IntArray, ufunc: np.ufunc) -> IntArray:
+    """Running minimum or maximum that restarts at every run (runs numbered ``segment``).
+
+    Each run is lifted by a multiple of the value range so that earlier runs never win:
+    above the later ones for a minimum, below them for a maximum (exact in int64: ranges
+    and run counts of a phase stay far below ``2**31``)."""
+    span = int(values.max()) - int(values.min()) + 1
+    lift = segment * span if ufunc is np.maximum else -segment * span
+    return ufunc.accumulate(values + lift) - lift
+
+
+def _segment_max(
+    out: IntArray, sorted_resources: IntArray, first: IntArray, values: IntArray
+) -> None:
+    """``out[r] = max(out[r], max of values over r's run)``."""
+    ids = sorted_resources[first]
+    out[ids] = np.maximum(out[ids], np.maximum.reduceat(values, first))
 
 
 def _jackson(release: list[int], duration: list[int], tail: list[int]) -> int:
@@ -271,10 +359,8 @@ def clique_bound(
     bounds_of = np.searchsorted(resources[order], np.arange(problem.resource_count + 1))
     load = problem.resource_loads()
     seeds = np.argsort(-load, kind="stable")[:max_seeds].tolist()
-    starts = problem.use_starts
-    resource_sets = [
-        frozenset(resources[starts[i] : starts[i + 1]].tolist()) for i in range(problem.count)
-    ]
+    flat = resources.tolist()
+    resource_sets = [frozenset(flat[a:b]) for a, b in pairwise(problem.use_starts.tolist())]
     durations = problem.durations
     best = 0
     seen: set[frozenset[int]] = set()

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -210,10 +212,22 @@ class ExchangePhase:
         Raises:
             ScheduleError: naming the first bad transfer's index and what is wrong with it.
         """
+        known = _VALIDATED.get(id(self))
+        if known is not None and known is self:
+            return  # immutable, and accepted before (scheduling and verifying both validate)
         if not 1 <= self.tile_count <= TILES:
             raise ScheduleError(f"tile_count must be in 1..{TILES}, got {self.tile_count}")
         for index in _suspects(self):
             _validate_transfer(index, self.transfers[index], self.tile_count)
+        if len(_VALIDATED) >= _VALIDATED_SIZE:
+            del _VALIDATED[next(iter(_VALIDATED))]
+        _VALIDATED[id(self)] = self
+
+
+#: The phases most recently accepted by :meth:`ExchangePhase.validate`, by identity (each kept
+#: alive by its entry, so its id cannot be reused).
+_VALIDATED: dict[int, ExchangePhase] = {}
+_VALIDATED_SIZE = 4
 
 
 def _suspects(phase: ExchangePhase) -> list[int]:
@@ -223,7 +237,11 @@ def _suspects(phase: ExchangePhase) -> list[int]:
     count = len(phase.transfers)
     try:
         arrays = phase_arrays(phase)
-        plain = np.fromiter((t.width == WORD32 for t in phase.transfers), dtype=bool, count=count)
+        widths = list(map(attrgetter("width"), phase.transfers))
+        if widths.count(WORD32) == count:
+            plain = np.ones(count, dtype=bool)
+        else:
+            plain = np.fromiter((width == WORD32 for width in widths), dtype=bool, count=count)
     except (TypeError, ValueError, OverflowError):  # fields that are not plain integers
         return list(range(count))
     tiles = arrays.destination_tiles
@@ -446,22 +464,25 @@ def phase_arrays(phase: ExchangePhase) -> PhaseArrays:
 def _flatten(phase: ExchangePhase) -> PhaseArrays:
     transfers = phase.transfers
     count = len(transfers)
-    sources = np.fromiter((t.source for t in transfers), dtype=np.int64, count=count)
-    words = np.fromiter((t.words for t in transfers), dtype=np.int64, count=count)
-    fanouts = np.fromiter((len(t.destinations) for t in transfers), dtype=np.int64, count=count)
+    sources, words, source_addresses = (
+        np.fromiter(map(attrgetter(name), transfers), dtype=np.int64, count=count)
+        for name in ("source", "words", "source_address")
+    )
+    destination_lists = list(map(attrgetter("destinations"), transfers))
+    fanouts = np.fromiter(map(len, destination_lists), dtype=np.int64, count=count)
     starts = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(fanouts, out=starts[1:])
     total = int(starts[-1])
-    tiles = np.fromiter(
-        (tile for t in transfers for tile, _ in t.destinations), dtype=np.int64, count=total
-    )
-    addresses = np.fromiter(
-        (address for t in transfers for _, address in t.destinations), dtype=np.int64, count=total
-    )
-    source_addresses = np.fromiter(
-        (t.source_address for t in transfers), dtype=np.int64, count=count
-    )
-    paired = np.fromiter((t.width == PAIRED64 for t in transfers), dtype=bool, count=count)
+    entries = list(chain.from_iterable(destination_lists))
+    if total and set(map(len, entries)) != {2}:
+        raise ValueError("destinations must be (tile, address) pairs")
+    flat = np.fromiter(chain.from_iterable(entries), dtype=np.int64, count=2 * total)
+    tiles, addresses = flat[0::2].copy(), flat[1::2].copy()
+    widths = list(map(attrgetter("width"), transfers))
+    if widths.count(WORD32) == count:
+        paired = np.zeros(count, dtype=bool)
+    else:
+        paired = np.fromiter((width == PAIRED64 for width in widths), dtype=bool, count=count)
     owners = np.repeat(np.arange(count, dtype=np.int64), fanouts)
     return PhaseArrays(sources, words, starts, tiles, owners, source_addresses, addresses, paired)
 

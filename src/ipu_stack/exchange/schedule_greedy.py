@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import time as time_module
 from bisect import bisect_right
-from itertools import islice
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,9 @@ POP_WORK = 4
 HAZARD_RETRIES = 16
 #: Most waves a whole-phase unicast decomposition may have (one matching per wave).
 MAX_GLOBAL_WAVES = 64
+
+
+_Successors = tuple[list[list[tuple[int, int]]], list[int]]
 
 
 class Calendar:
@@ -87,8 +90,9 @@ class Calendar:
             starts = starts_of.get(resource)
             if starts is None:
                 settled += 1  # never occupied: free at ``time``
+            elif time + offset >= (ends := ends_of[resource])[-1]:
+                settled += 1  # free from the end of its last busy interval on
             else:
-                ends = ends_of[resource]
                 at = time + offset
                 k = bisect_right(starts, at) - 1
                 if k >= 0 and ends[k] > at:
@@ -108,6 +112,43 @@ class Calendar:
                 position = 0
         return time
 
+    def occupy_uses(self, uses: list[tuple[int, int]], time: int, length: int) -> None:
+        """Mark every ``(resource, offset)`` use busy for ``length`` cycles from ``time``.
+
+        :meth:`occupy` for each use, inlined (the list schedulers' other inner loop)."""
+        starts_of = self.starts
+        ends_of = self.ends
+        for resource, offset in uses:
+            begin = time + offset
+            end = begin + length
+            starts = starts_of.get(resource)
+            if starts is None:
+                starts_of[resource] = [begin]
+                ends_of[resource] = [end]
+                continue
+            ends = ends_of[resource]
+            if begin >= ends[-1]:
+                if begin == ends[-1]:
+                    ends[-1] = end
+                else:
+                    starts.append(begin)
+                    ends.append(end)
+                continue
+            k = bisect_right(starts, begin)
+            joins_previous = k > 0 and ends[k - 1] == begin
+            joins_next = k < len(starts) and starts[k] == end
+            if joins_previous and joins_next:
+                ends[k - 1] = ends[k]
+                del starts[k]
+                del ends[k]
+            elif joins_previous:
+                ends[k - 1] = end
+            elif joins_next:
+                starts[k] = begin
+            else:
+                starts.insert(k, begin)
+                ends.insert(k, end)
+
     def occupy(self, resource: int, begin: int, end: int) -> None:
         """Mark ``[begin, end)`` busy (it must be free)."""
         starts = self.starts.get(resource)
@@ -116,6 +157,13 @@ class Calendar:
             self.ends[resource] = [end]
             return
         ends = self.ends[resource]
+        if begin >= ends[-1]:  # after every busy interval (the usual case)
+            if begin == ends[-1]:
+                ends[-1] = end
+            else:
+                starts.append(begin)
+                ends.append(end)
+            return
         k = bisect_right(starts, begin)
         joins_previous = k > 0 and ends[k - 1] == begin
         joins_next = k < len(starts) and starts[k] == end
@@ -132,16 +180,20 @@ class Calendar:
             ends.insert(k, end)
 
 
-def transfer_uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
-    """Per transfer, its ``(resource, offset)`` uses."""
-    pairs = zip(problem.use_resources.tolist(), problem.use_offsets.tolist(), strict=True)
-    return [list(islice(pairs, n)) for n in np.diff(problem.use_starts).tolist()]
+#: The per-transfer lists most recently built, by problem identity (a problem is immutable and
+#: kept alive by its entry, so its id cannot be reused): one phase's list schedulers (priority
+#: order, matching waves, preemptive orders, dense greedy) all read the same lists.
+_LISTS_CACHE: dict[int, tuple[ResourceProblem, list[list[tuple[int, int]]], _Successors]] = {}
+_LISTS_CACHE_SIZE = 2
 
 
-def dependency_successors(
-    problem: ResourceProblem,
-) -> tuple[list[list[tuple[int, int]]], list[int]]:
-    """Per transfer, its ``(successor, delay)`` dependencies; and its number of predecessors."""
+def _lists(problem: ResourceProblem) -> tuple[list[list[tuple[int, int]]], _Successors]:
+    known = _LISTS_CACHE.get(id(problem))
+    if known is not None and known[0] is problem:
+        return known[1], known[2]
+    pairs = list(zip(problem.use_resources.tolist(), problem.use_offsets.tolist(), strict=True))
+    bounds = problem.use_starts.tolist()
+    uses = [pairs[begin:end] for begin, end in pairwise(bounds)]
     successors: list[list[tuple[int, int]]] = [[] for _ in range(problem.count)]
     waiting = [0] * problem.count
     for b, a, d in zip(
@@ -152,7 +204,24 @@ def dependency_successors(
     ):
         successors[b].append((a, d))
         waiting[a] += 1
-    return successors, waiting
+    if len(_LISTS_CACHE) >= _LISTS_CACHE_SIZE:
+        del _LISTS_CACHE[next(iter(_LISTS_CACHE))]
+    _LISTS_CACHE[id(problem)] = (problem, uses, (successors, waiting))
+    return uses, (successors, waiting)
+
+
+def transfer_uses(problem: ResourceProblem) -> list[list[tuple[int, int]]]:
+    """Per transfer, its ``(resource, offset)`` uses (shared lists: do not modify them)."""
+    return _lists(problem)[0]
+
+
+def dependency_successors(
+    problem: ResourceProblem,
+) -> tuple[list[list[tuple[int, int]]], list[int]]:
+    """Per transfer, its ``(successor, delay)`` dependencies (shared lists: do not modify
+    them); and its number of predecessors (a fresh list the caller may count down)."""
+    successors, waiting = _lists(problem)[1]
+    return successors, list(waiting)
 
 
 def dense_greedy(
@@ -219,8 +288,8 @@ def dense_greedy(
             return None
         if best >= 0:
             length = durations[best]
-            for r, o in uses[best]:
-                calendar.occupy(r, time + o, time + o + length)
+            calendar.occupy_uses(uses[best], time, length)
+            for r, _ in uses[best]:
                 remaining[r] -= length
             start[best] = time
             queue.remove(best)
@@ -267,14 +336,13 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
     calendar = Calendar(problem.resource_count)
     start = [0] * count
     earliest = calendar.earliest
-    occupy = calendar.occupy
+    occupy = calendar.occupy_uses
     if not problem.dependency_before.size and _is_permutation(order, count):
         # Nothing waits: transfers come off the ready queue in exactly the given order.
         for i in order.tolist():
             length = durations[i]
             time = earliest(uses[i], length, 0)
-            for r, o in uses[i]:
-                occupy(r, time + o, time + o + length)
+            occupy(uses[i], time, length)
             start[i] = time
         return np.asarray(start, dtype=np.int64)
     rank = np.empty(count, dtype=np.int64)
@@ -286,8 +354,7 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
         _, i = heapq.heappop(ready)
         length = durations[i]
         time = earliest(uses[i], length, release[i])
-        for r, o in uses[i]:
-            occupy(r, time + o, time + o + length)
+        occupy(uses[i], time, length)
         start[i] = time
         for successor, delay in successors[i]:
             release[successor] = max(release[successor], time + delay)
@@ -454,9 +521,13 @@ def _matching_waves(
     key = left.astype(np.int64) * size + right
     edge_keys, edge_of = np.unique(key, return_inverse=True)
     edge_list = edge_of.tolist()
-    real: list[list[int]] = [[] for _ in range(edge_keys.size)]
-    for position in range(members.size - 1, -1, -1):
-        real[edge_list[position]].append(position)
+    # The real members of each edge in position order (``by_edge[first[e]:stop[e]]``); the
+    # next wave takes edge e's member at ``following[e]``.
+    by_edge = np.argsort(edge_of, kind="stable")
+    per_edge = np.bincount(edge_of, minlength=edge_keys.size)
+    following = np.zeros(edge_keys.size, dtype=np.int64)
+    np.cumsum(per_edge[:-1], out=following[1:])
+    stop = following + per_edge
     extra: dict[int, int] = {}
     left_deficit = (degree - left_degree).tolist()
     right_deficit = (degree - right_degree).tolist()
@@ -470,17 +541,18 @@ def _matching_waves(
             left_deficit[i] -= take
             right_deficit[j] -= take
     extra_keys = np.fromiter(extra, dtype=np.int64, count=len(extra))
-    all_keys = np.union1d(edge_keys, extra_keys)
+    # Sorted distinct keys of both (np.union1d hashes first: slower on these sizes).
+    all_keys = np.sort(np.concatenate((edge_keys, extra_keys)))
+    all_keys = all_keys[np.concatenate(([True], all_keys[1:] != all_keys[:-1]))]
     count = np.zeros(all_keys.size, dtype=np.int64)
     real_index: IntArray = np.asarray(np.searchsorted(all_keys, edge_keys), dtype=np.int64)
-    count[real_index] = [len(r) for r in real]
+    count[real_index] = per_edge
     # Keys of ``extra`` are distinct: one vectorised add per key.
     count[np.searchsorted(all_keys, extra_keys)] += np.fromiter(
         extra.values(), dtype=np.int64, count=len(extra)
     )
     real_of = np.full(all_keys.size, -1, dtype=np.int64)
     real_of[real_index] = np.arange(edge_keys.size)
-    real_of_list = real_of.tolist()
     real_index_list = real_index.tolist()
     member_list = members.tolist()
     rows_all = all_keys // size
@@ -499,14 +571,14 @@ def _matching_waves(
         rows = np.flatnonzero(matched >= 0)
         return np.searchsorted(all_keys, rows * size + matched[rows]), ok
 
-    waves: list[int] = []
+    waves: list[IntArray] = []
     no_ban = np.zeros(all_keys.size, dtype=bool)
     for _ in range(degree):
         chosen, _ok = match(no_ban)
         if hazards:
             banned = no_ban.copy()
             for _attempt in range(HAZARD_RETRIES):
-                wave = [real[r][-1] for r in real_of[chosen].tolist() if r >= 0 and real[r]]
+                wave = by_edge[following[_with_members(real_of[chosen], following, stop)]].tolist()
                 clashes = _wave_conflicts(wave, member_list, hazards)
                 if not clashes:
                     break
@@ -523,15 +595,20 @@ def _matching_waves(
                 banned, chosen = trial, retry
         # Matched edges are distinct: one vectorised decrement.
         count[chosen] -= 1
-        wave = []
-        for e in chosen.tolist():
-            r = real_of_list[e]
-            if r >= 0 and real[r]:
-                wave.append(real[r].pop())
-        waves.extend(sorted(wave))
-    taken = set(waves)
-    rest = [position for position in range(members.size) if position not in taken]
-    return members[np.asarray(waves + rest, dtype=np.int64)]
+        edges = _with_members(real_of[chosen], following, stop)
+        waves.append(np.sort(by_edge[following[edges]]))
+        following[edges] += 1
+    taken = np.zeros(members.size, dtype=bool)
+    for wave_positions in waves:
+        taken[wave_positions] = True
+    waves.append(np.flatnonzero(~taken))
+    return members[np.concatenate(waves)]
+
+
+def _with_members(edges: IntArray, following: IntArray, stop: IntArray) -> IntArray:
+    """The real edges (``>= 0``) among ``edges`` that still have a member to place, in order."""
+    edges = edges[edges >= 0]
+    return edges[following[edges] < stop[edges]]
 
 
 def _small_maximum_matching(sources: list[int], destinations: list[int]) -> list[int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -110,8 +111,7 @@ def preemptive_fit(
             else:
                 time = calendar.earliest(uses[i], min(remaining, min_piece), time)
                 piece = min(remaining, _window(calendar, uses[i], time))
-            for r, o in uses[i]:
-                calendar.occupy(r, time + o, time + o + piece)
+            calendar.occupy_uses(uses[i], time, piece)
             owner.append(i)
             send.append(time)
             offset.append(done)
@@ -193,8 +193,5 @@ def schedule_from_pieces(
         first_send[problem.arrays.destination_transfers] + problem.destination_latency
     ).tolist()
     destination_bounds = problem.arrays.destination_starts.tolist()
-    first_arrivals = tuple(
-        tuple(arrival[destination_bounds[i] : destination_bounds[i + 1]])
-        for i in range(problem.count)
-    )
+    first_arrivals = tuple(tuple(arrival[begin:end]) for begin, end in pairwise(destination_bounds))
     return PhaseSchedule(grouped, pieces_horizon(problem, pieces), kind, model, first_arrivals)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from functools import cache
+from itertools import pairwise, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -352,13 +353,19 @@ def schedule_from_starts(
     """
     words = problem.arrays.words.tolist()
     send = starts.tolist()
-    pieces = tuple((Piece(s, 0, w),) for s, w in zip(send, words, strict=True))
+    # zip of one iterable makes the 1-tuples (one piece per transfer) without a Python loop.
+    pieces = tuple(zip(map(Piece, send, repeat(0), words)))
     arrival = (starts[problem.arrays.destination_transfers] + problem.destination_latency).tolist()
-    bounds_of = problem.arrays.destination_starts.tolist()
-    first_arrivals = tuple(
-        tuple(arrival[bounds_of[i] : bounds_of[i + 1]]) for i in range(problem.count)
-    )
+    first_arrivals = _per_transfer(arrival, problem.arrays.destination_starts)
     return PhaseSchedule(pieces, horizon_of(problem, starts), kind, model, first_arrivals)
+
+
+def _per_transfer(values: list[int], starts: IntArray) -> tuple[tuple[int, ...], ...]:
+    """``values`` cut into one tuple per transfer at the CSR ``starts``."""
+    if len(values) == starts.size - 1:  # one entry per transfer (all unicasts)
+        return tuple(zip(values))
+    bounds = starts.tolist()
+    return tuple(tuple(values[begin:end]) for begin, end in pairwise(bounds))
 
 
 def exchange_row_words(phase: ExchangePhase, schedule: PhaseSchedule) -> tuple[int, int]:

@@ -22,6 +22,8 @@ its windows), which run in ``O(n log n)`` with numpy instead of one step per cyc
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -67,25 +69,21 @@ def verify_schedule(
     paired_latency = latency_model(model.latency, paired=True)
     transfers = phase.transfers
 
-    piece_counts = np.fromiter((len(p) for p in schedule.pieces), dtype=np.int64, count=count)
+    destination_lists = [t.destinations for t in transfers]
+    piece_counts = np.fromiter(map(len, schedule.pieces), dtype=np.int64, count=count)
     total = int(piece_counts.sum())
     owner = np.repeat(np.arange(count, dtype=np.int64), piece_counts)
     first_piece = np.zeros(count, dtype=np.int64)
     np.cumsum(piece_counts[:-1], out=first_piece[1:])
     piece_number = np.arange(total, dtype=np.int64) - first_piece[owner]
-    send = np.fromiter(
-        (p.send_cycle for pieces in schedule.pieces for p in pieces), dtype=np.int64, count=total
+    all_pieces = list(chain.from_iterable(schedule.pieces))
+    send, offset, length = (
+        np.fromiter(map(attrgetter(name), all_pieces), dtype=np.int64, count=total)
+        for name in ("send_cycle", "offset_words", "words")
     )
-    offset = np.fromiter(
-        (p.offset_words for pieces in schedule.pieces for p in pieces), dtype=np.int64, count=total
-    )
-    length = np.fromiter(
-        (p.words for pieces in schedule.pieces for p in pieces), dtype=np.int64, count=total
-    )
-    words = np.fromiter((t.words for t in transfers), dtype=np.int64, count=count)
-    sources = np.fromiter((t.source for t in transfers), dtype=np.int64, count=count)
-    source_addresses = np.fromiter(
-        (t.source_address for t in transfers), dtype=np.int64, count=count
+    words, sources, source_addresses = (
+        np.fromiter(map(attrgetter(name), transfers), dtype=np.int64, count=count)
+        for name in ("words", "source", "source_address")
     )
     paired = np.fromiter(
         (model.paired and t.width == PAIRED64 for t in transfers), dtype=bool, count=count
@@ -103,19 +101,15 @@ def verify_schedule(
     send_end = send + cycles
 
     # Receptions: one row per (piece, destination).
-    fanout = np.fromiter((len(t.destinations) for t in transfers), dtype=np.int64, count=count)
+    fanout = np.fromiter(map(len, destination_lists), dtype=np.int64, count=count)
     destination_start = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(fanout, out=destination_start[1:])
-    destination_tiles = np.fromiter(
-        (tile for t in transfers for tile, _ in t.destinations),
+    flat = np.fromiter(
+        chain.from_iterable(chain.from_iterable(destination_lists)),
         dtype=np.int64,
-        count=int(destination_start[-1]),
-    )
-    destination_addresses = np.fromiter(
-        (address for t in transfers for _, address in t.destinations),
-        dtype=np.int64,
-        count=int(destination_start[-1]),
-    )
+        count=2 * int(destination_start[-1]),
+    ).reshape(-1, 2)
+    destination_tiles, destination_addresses = flat[:, 0], flat[:, 1]
     piece_fanout = fanout[owner]
     reception_piece = np.repeat(np.arange(total, dtype=np.int64), piece_fanout)
     block = np.zeros(total, dtype=np.int64)
@@ -207,7 +201,13 @@ def verify_schedule(
         )
     if model.dependencies:
         _check_dependencies(
-            phase,
+            (
+                sources,
+                source_addresses,
+                words * WORD_BYTES,
+                destination_tiles,
+                destination_addresses,
+            ),
             owner,
             send,
             send_end,
@@ -317,12 +317,12 @@ def _check_first_arrivals(
 ) -> None:
     assert schedule.first_arrivals is not None
     claimed = schedule.first_arrivals
-    if len(claimed) != fanout.size or any(
-        len(c) != int(n) for c, n in zip(claimed, fanout.tolist(), strict=True)
+    if len(claimed) != fanout.size or not np.array_equal(
+        np.fromiter(map(len, claimed), dtype=np.int64, count=len(claimed)), fanout
     ):
         raise ScheduleError("first_arrivals must list one cycle per destination of each transfer")
     flat = np.fromiter(
-        (c for row in claimed for c in row), dtype=np.int64, count=int(destination_start[-1])
+        chain.from_iterable(claimed), dtype=np.int64, count=int(destination_start[-1])
     )
     leading = offset[reception_piece] == 0
     expected = np.full(flat.size, -1, dtype=np.int64)
@@ -394,7 +394,7 @@ def _check_elements(
 
 
 def _check_dependencies(
-    phase: ExchangePhase,
+    columns: tuple[IntArray, IntArray, IntArray, IntArray, IntArray],
     owner: IntArray,
     send: IntArray,
     send_end: IntArray,
@@ -404,8 +404,15 @@ def _check_dependencies(
     arrival: IntArray,
     arrival_end: IntArray,
 ) -> None:
-    """Memory order: per tile, overlapping accesses (one a write) keep program order."""
-    count = len(phase.transfers)
+    """Memory order: per tile, overlapping accesses (one a write) keep program order.
+
+    Every access (a transfer's read on its source, or its write on one destination) spans a
+    byte range on one tile and a cycle range (first to last cycle of its words there). Any two
+    accesses of different transfers on one tile whose byte ranges overlap, one of them a write,
+    must not overlap in time out of program order: the later transfer's first cycle there is at
+    or after the earlier one's last. Overlapping pairs are enumerated with sorted searches.
+    """
+    count = columns[0].size
     big = np.iinfo(np.int64).max
     send_first = np.full(count, big, dtype=np.int64)
     send_last = np.zeros(count, dtype=np.int64)
@@ -416,43 +423,120 @@ def _check_dependencies(
     receive_last = np.zeros(entries, dtype=np.int64)
     np.minimum.at(receive_first, entry, arrival)
     np.maximum.at(receive_last, entry, arrival_end)
-    # Per tile: (low byte, high byte, transfer, is write, first cycle, last cycle).
-    accesses: dict[int, list[tuple[int, int, int, bool, int, int]]] = {}
-    k = 0
-    for i, transfer in enumerate(phase.transfers):
-        size = transfer.words * WORD_BYTES
-        accesses.setdefault(transfer.source, []).append(
-            (
-                transfer.source_address,
-                transfer.source_address + size,
-                i,
-                False,
-                int(send_first[i]),
-                int(send_last[i]),
+    accesses = _accesses(columns, destination_start)
+    tile, low, high, transfer, is_write = accesses
+    first = np.concatenate((send_first, receive_first))
+    last = np.concatenate((send_last, receive_last))
+    x, y = _overlapping_with_a_write(tile, low, high, is_write)
+    keep = transfer[x] != transfer[y]
+    x, y = x[keep], y[keep]
+    early = np.where(transfer[x] < transfer[y], x, y)
+    late = np.where(transfer[x] < transfer[y], y, x)
+    wrong = first[late] < last[early]
+    if wrong.any():
+        _raise_first_dependency(accesses, first, last, np.unique(tile[early[wrong]]))
+
+
+def _accesses(
+    columns: tuple[IntArray, IntArray, IntArray, IntArray, IntArray], destination_start: IntArray
+) -> tuple[IntArray, IntArray, IntArray, IntArray, npt.NDArray[np.bool_]]:
+    """Every access as arrays ``(tile, low byte, high byte, transfer, is write)``: the reads
+    (one per transfer, in order), then the writes (one per destination entry, in order).
+
+    ``columns`` are the phase's sources, source addresses, byte sizes, destination tiles and
+    destination addresses (destinations transfer by transfer, as ``destination_start`` cuts
+    them)."""
+    source, read_low, size, write_tile, write_low = columns
+    count = source.size
+    write_owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(destination_start))
+    tile = np.concatenate((source, write_tile))
+    low = np.concatenate((read_low, write_low))
+    transfer = np.concatenate((np.arange(count, dtype=np.int64), write_owner))
+    high = low + size[transfer]
+    is_write = np.concatenate((np.zeros(count, dtype=bool), np.ones(write_tile.size, dtype=bool)))
+    return tile, low, high, transfer, is_write
+
+
+def _overlapping_with_a_write(
+    tile: IntArray, low: IntArray, high: IntArray, is_write: npt.NDArray[np.bool_]
+) -> tuple[IntArray, IntArray]:
+    """Index pairs ``(a, w)`` of accesses on one tile whose byte ranges overlap, ``w`` a write
+    (every such unordered pair at least once; pairs of two writes may come twice)."""
+    # Tiles and byte addresses as one sortable key: addresses stay far below 2**32.
+    start = (tile << 32) | low
+    stop = (tile << 32) | high
+    writes = np.flatnonzero(is_write)
+    by_write_start = writes[np.argsort(start[writes], kind="stable")]
+    write_starts = start[by_write_start]
+    by_start = np.argsort(start, kind="stable")
+    starts = start[by_start]
+    # A write starting inside access a (at or after a's start) ...
+    a1, w1 = _ranges(
+        np.searchsorted(write_starts, start, side="left"),
+        np.searchsorted(write_starts, stop, side="left"),
+        by_write_start,
+    )
+    # ... or an access starting strictly inside write w.
+    w2, a2 = _ranges(
+        np.searchsorted(starts, start[writes], side="right"),
+        np.searchsorted(starts, stop[writes], side="left"),
+        by_start,
+    )
+    return np.concatenate((a1, writes[w2])), np.concatenate((w1, a2))
+
+
+def _ranges(begin: IntArray, end: IntArray, ids: IntArray) -> tuple[IntArray, IntArray]:
+    """Pairs ``(row, ids[k])`` for every row and every ``k`` in ``[begin[row], end[row])``."""
+    spans = np.maximum(end - begin, 0)
+    rows = np.repeat(np.arange(begin.size, dtype=np.int64), spans)
+    offsets = np.zeros(begin.size, dtype=np.int64)
+    np.cumsum(spans[:-1], out=offsets[1:])
+    positions = begin[rows] + np.arange(rows.size, dtype=np.int64) - offsets[rows]
+    return rows, ids[positions]
+
+
+def _raise_first_dependency(
+    accesses: tuple[IntArray, IntArray, IntArray, IntArray, npt.NDArray[np.bool_]],
+    first: IntArray,
+    last: IntArray,
+    bad_tiles: IntArray,
+) -> None:
+    """Raise for the first violation, tiles in order of first access, accesses by address."""
+    tile, low, high, transfer, is_write = accesses
+    # Access order of the phase: transfer by transfer, its read then its writes.
+    reads = transfer.size - int(is_write.sum())
+    sequence = np.lexsort((np.arange(tile.size) >= reads, transfer))
+    seen_tiles = tile[sequence]
+    _, first_seen = np.unique(seen_tiles, return_index=True)
+    ordered = bad_tiles[np.argsort(first_seen[np.searchsorted(np.unique(seen_tiles), bad_tiles)])]
+    for bad in ordered.tolist():
+        rows = np.flatnonzero(tile == bad)
+        items = sorted(
+            zip(
+                low[rows].tolist(),
+                high[rows].tolist(),
+                transfer[rows].tolist(),
+                is_write[rows].tolist(),
+                first[rows].tolist(),
+                last[rows].tolist(),
+                strict=True,
             )
         )
-        for tile, address in transfer.destinations:
-            accesses.setdefault(tile, []).append(
-                (address, address + size, i, True, int(receive_first[k]), int(receive_last[k]))
-            )
-            k += 1
-    for tile, items in accesses.items():
-        items.sort()
         active: list[tuple[int, int, int, bool, int, int]] = []
         for item in items:
-            low = item[0]
-            active = [a for a in active if a[1] > low]
+            active = [a for a in active if a[1] > item[0]]
             for other in active:
                 if not (item[3] or other[3]) or item[2] == other[2]:
                     continue
                 early, late = (other, item) if other[2] < item[2] else (item, other)
                 if late[4] < early[5]:
                     raise ScheduleError(
-                        f"transfer {late[2]} touches tile {tile} at cycle {late[4]} before "
+                        f"transfer {late[2]} touches tile {bad} at cycle {late[4]} before "
                         f"transfer {early[2]} (overlapping bytes, earlier in program order) "
                         f"finishes there at cycle {early[5]}"
                     )
             active.append(item)
+    raise AssertionError("a dependency violation was found but not located")  # pragma: no cover
 
 
 def _check_horizon(
