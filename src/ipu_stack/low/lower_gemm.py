@@ -21,7 +21,14 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp
 from ipu_stack.low.gather import GatherRequest, ShardIndex, gather
-from ipu_stack.low.makers import make_add, make_buffer, make_gemm, make_shard, make_transfer
+from ipu_stack.low.makers import (
+    make_add,
+    make_buffer,
+    make_gemm,
+    make_shard,
+    make_transfer,
+)
+from ipu_stack.low.makers import ref as make_ref
 from ipu_stack.low.program import (
     Buffer,
     CopyCall,
@@ -144,8 +151,13 @@ def lower_gemm(
     reduce_groups: list[list[tuple[int, Ref, int, int, int, tuple[int, int], tuple[int, int]]]] = []
     steps_max = 0
 
+    lmap_of, rmap_of = lmap.tolist(), rmap.tolist()
     for bi in range(pb):
         b0, b1 = bi * plan.batch_block, min(batch, (bi + 1) * plan.batch_block)
+        # operand batch slots of this batch part, and each output batch entry's slots
+        lslots = list(dict.fromkeys(lmap_of[b0:b1]))
+        rslots = list(dict.fromkeys(rmap_of[b0:b1]))
+        slot_of = [(b, lslots.index(lmap_of[b]), rslots.index(rmap_of[b])) for b in range(b0, b1)]
         for ri in range(pr):
             r0, r1 = ri * plan.row_block, min(m, (ri + 1) * plan.row_block)
             for ci in range(pc):
@@ -160,8 +172,6 @@ def lower_gemm(
                     rows = r1 - r0
                     ksteps = [(s, min(k1, s + plan.k_step)) for s in range(k0, k1, plan.k_step)]
                     steps_max = max(steps_max, len(ksteps))
-                    lslots = list(dict.fromkeys(int(lmap[b]) for b in range(b0, b1)))
-                    rslots = list(dict.fromkeys(int(rmap[b]) for b in range(b0, b1)))
                     out_stride = rows * cpad * out_eb
                     out_ref = builder.buffer(
                         make_buffer(tile, out_name, _round_up((b1 - b0) * out_stride, ALIGN),
@@ -219,29 +229,33 @@ def lower_gemm(
                                     blocks[s][key].append(blk)
                             if resident:
                                 base += per_step[s]
+                    left_buf, left_off = operand_refs["left"]
+                    right_buf, right_off = operand_refs["right"]
+                    out_buf, out_off = out_ref
+                    weights = plan.weights
                     for s, ks in enumerate(ksteps):
                         kp = _round_up(ks[1] - ks[0], kmicro)
-                        for b in range(b0, b1):
-                            lj, rj = lslots.index(int(lmap[b])), rslots.index(int(rmap[b]))
-                            kernels_by_step[s].append(
+                        lbase = left_off + step_base[("left", s)]
+                        rbase = right_off + step_base[("right", s)]
+                        lbytes, rbytes = rows * kp * eb, kp * cpad * eb
+                        kernels_by_step[s].extend(
+                            [
                                 make_gemm(
                                     tile,
-                                    out_ref.at((b - b0) * out_stride),
-                                    operand_refs["left"].at(
-                                        step_base[("left", s)] + lj * rows * kp * eb
-                                    ),
-                                    operand_refs["right"].at(
-                                        step_base[("right", s)] + rj * kp * cpad * eb
-                                    ),
+                                    make_ref(out_buf, out_off + (b - b0) * out_stride),
+                                    make_ref(left_buf, lbase + lj * lbytes),
+                                    make_ref(right_buf, rbase + rj * rbytes),
                                     rows,
                                     kp,
                                     cpad,
                                     precision,
                                     s > 0,
-                                    plan.weights,
+                                    weights,
                                     scale,
                                 )
-                            )
+                                for b, lj, rj in slot_of
+                            ]
+                        )
                     group.append((tile, out_ref, out_stride, b0, b1, (r0, r1), (c0, cpad)))
                 reduce_groups.append(group)
                 if pk == 1:
@@ -397,13 +411,22 @@ def _reduce(
                 make_buffer(tile, partials, _round_up(len(others) * (b1 - b0) * slice_bytes, ALIGN),
                             ALIGN, "any", False, (), False, False)
             )  # fmt: skip
-            for j in range(b1 - b0):
-                inputs = []
-                for p, other in enumerate(others):
-                    dst = recv.at((p * (b1 - b0) + j) * slice_bytes)
-                    src = other[1].at(j * out_stride + lo * row_bytes)
-                    transfers.append(make_transfer(other[0], src, ((tile, dst),), words))
-                    inputs.append(dst)
+            # the senders' partial slices (tile, buffer, offset of batch entry 0)
+            senders = [(o[0], o[1][0], o[1][1] + lo * row_bytes) for o in others]
+            recv_buf, recv_off = recv
+            nb = b1 - b0
+            for j in range(nb):
+                inputs = [
+                    make_ref(recv_buf, recv_off + (p * nb + j) * slice_bytes)
+                    for p in range(len(senders))
+                ]
+                jo = j * out_stride
+                transfers.extend(
+                    [
+                        make_transfer(o_tile, make_ref(o_buf, o_off + jo), ((tile, dst),), words)
+                        for (o_tile, o_buf, o_off), dst in zip(senders, inputs, strict=True)
+                    ]
+                )
                 adds.append(
                     make_add(
                         tile,

@@ -251,4 +251,4 @@ class ProgramBuilder:
         if key in self.buffers:
             raise ValueError(f"buffer {buf.name} defined twice on tile {buf.tile}")
         self.buffers[key] = buf
-        return Ref(buf.name)
+        return _tuple_new(Ref, (buf.name, 0))  # Ref(buf.name), without the Python __new__

@@ -7,7 +7,10 @@ screening comes later). Tiles whose buffer lists are identical share one allocat
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
 
 import numpy as np
 
@@ -16,9 +19,12 @@ from ipu_stack.exchange.model import ExchangePhase, Transfer
 from ipu_stack.low.program import (
     AddCall,
     ComputeStep,
+    CopyCall,
     ExchangeStep,
+    FillCall,
     GemmCall,
     LowProgram,
+    MapCall,
     Ref,
     RepeatStep,
     View,
@@ -44,17 +50,35 @@ class Placement:
     allocations: list[dict[str, Allocation]]  # by logical tile
     peaks: dict[str, int]
     mapped: bool = False  # a screened relabelling replaced the baseline C600 map
+    # (allocations it was made from, buffer -> address of each tile): see ``addresses``
+    _addresses: tuple[list, list[dict[str, int]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def address(self, tile: int, ref: Ref) -> int:
         return self.allocations[tile][ref.buffer].address + ref.offset
+
+    def addresses(self) -> list[dict[str, int]]:
+        """Buffer name -> byte address of each logical tile (made once per allocations)."""
+        made = self._addresses
+        if made is None or made[0] is not self.allocations:
+            table = [{n: a.address for n, a in tile.items()} for tile in self.allocations]
+            made = self._addresses = (self.allocations, table)
+        return made[1]
 
 
 #: Regions by name (``Region(name)`` is a slow enum lookup, made once per buffer).
 _REGIONS = {region.value: region for region in Region}
 
 
-def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, int]]:
-    """First and last step (inclusive) that touch each buffer."""
+def buffer_lifetimes(
+    program: LowProgram, exchange_keys: dict[int, tuple[_Keys, _Keys]] | None = None
+) -> dict[tuple[int, str], tuple[int, int]]:
+    """First and last step (inclusive) that touch each buffer.
+
+    ``exchange_keys`` (from :func:`_all_exchange_keys`) saves walking the transfers again.
+    """
+    keys_of = exchange_keys if exchange_keys is not None else _all_exchange_keys(program)
     first: dict[tuple[int, str], int] = {}
     last: dict[tuple[int, str], int] = {}
     written_first: set[tuple[int, str]] = set()  # first step only writes it (no read)
@@ -63,17 +87,37 @@ def buffer_lifetimes(program: LowProgram) -> dict[tuple[int, str], tuple[int, in
         if isinstance(step, ComputeStep):
             touched = _compute_touches(step)
         elif isinstance(step, ExchangeStep):
-            touched = _exchange_touches(step)
+            sent, received = keys_of[i]
+            touched = _exchange_touches_of(sent, received)
         else:
             continue
         last.update(dict.fromkeys(touched, i))
-        for key, was_read in touched.items():
-            if key not in first:
-                first[key] = i
-                if not was_read:
-                    written_first.add(key)
+        fresh = [key for key in touched if key not in first]
+        first.update(dict.fromkeys(fresh, i))
+        written_first.update([key for key in fresh if not touched[key]])
     keys = list(first)
     return dict(zip(keys, _repeat_spans(program, keys, first, last, written_first), strict=True))
+
+
+#: ``(tile, buffer)`` keys in first-seen order (a dict used as an ordered set).
+_Keys = dict[tuple[int, str], None]
+
+
+def _exchange_keys(step: ExchangeStep) -> tuple[_Keys, _Keys]:
+    """The keys an exchange step sends from and receives into, each in first-seen order."""
+    transfers = step.transfers
+    sent = dict.fromkeys([(t.source_tile, t.source[0]) for t in transfers])
+    received = dict.fromkeys([(tile, r[0]) for t in transfers for tile, r in t.destinations])
+    return sent, received
+
+
+def _all_exchange_keys(program: LowProgram) -> dict[int, tuple[_Keys, _Keys]]:
+    """:func:`_exchange_keys` of every exchange step, by step index."""
+    return {
+        i: _exchange_keys(step)
+        for i, step in enumerate(program.steps)
+        if isinstance(step, ExchangeStep)
+    }
 
 
 #: Fields of a kernel call that may hold a written (first two) or read operand.
@@ -93,35 +137,89 @@ def _fields_of(kind: type) -> tuple[tuple[str, bool], ...]:
     return spec
 
 
+_Touched = dict[tuple[int, str], bool]
+
+
+def _touch_gemm(call: GemmCall, touched: _Touched) -> None:
+    tile = call.tile
+    key = (tile, call.out[0])
+    touched[key] = touched.get(key, False) or call.accumulate
+    touched[(tile, call.left[0])] = True
+    touched[(tile, call.right[0])] = True
+
+
+def _touch_map(call: MapCall, touched: _Touched) -> None:
+    tile = call.tile
+    out = call.out
+    touched.setdefault((tile, (out.ref if isinstance(out, View) else out)[0]), False)
+    for v in call.inputs:
+        touched[(tile, (v.ref if isinstance(v, View) else v)[0])] = True
+
+
+def _touch_add(call: AddCall, touched: _Touched) -> None:
+    tile = call.tile
+    touched[(tile, call.out[0])] = True  # accumulates: read as well as written
+    for r in call.inputs:
+        touched[(tile, (r.ref if isinstance(r, View) else r)[0])] = True
+
+
+def _touch_copy(call: CopyCall, touched: _Touched) -> None:
+    touched.setdefault((call.tile, call.dst[0]), False)
+    touched[(call.tile, call.src[0])] = True
+
+
+def _touch_fill(call: FillCall, touched: _Touched) -> None:
+    touched.setdefault((call.tile, call.dst[0]), False)
+
+
+def _touch_any(call: object, touched: _Touched) -> None:
+    """Any call class: its operand fields by name (the generic form of the above)."""
+    tile = call.tile  # type: ignore[attr-defined]
+    reads_out: bool | None = None
+    for field_name, written in _fields_of(type(call)):
+        ref = getattr(call, field_name, None)
+        if isinstance(ref, View):
+            ref = ref.ref
+        if isinstance(ref, Ref):
+            key = (tile, ref.buffer)
+            if written:
+                if reads_out is None:
+                    reads_out = _reads_out(call)
+                touched[key] = touched.get(key, False) or reads_out
+            else:
+                touched[key] = True
+    for ref in getattr(call, "inputs", ()):
+        touched[(tile, (ref.ref if isinstance(ref, View) else ref).buffer)] = True
+
+
+#: The touch function of each kernel call class (operands whose fields hold plain refs).
+_TOUCH: dict[type, Callable[[Any, _Touched], None]] = {
+    GemmCall: _touch_gemm,
+    MapCall: _touch_map,
+    AddCall: _touch_add,
+    CopyCall: _touch_copy,
+    FillCall: _touch_fill,
+}
+
+
 def _compute_touches(step: ComputeStep) -> dict[tuple[int, str], bool]:
     """The ``(tile, buffer)`` keys a compute step touches, each with whether it reads it."""
-    touched: dict[tuple[int, str], bool] = {}
+    touched: _Touched = {}
+    get = _TOUCH.get
     for call in step.calls:
-        tile = call.tile
-        reads_out: bool | None = None
-        for field_name, written in _fields_of(type(call)):
-            ref = getattr(call, field_name, None)
-            if isinstance(ref, View):
-                ref = ref.ref
-            if isinstance(ref, Ref):
-                key = (tile, ref.buffer)
-                if written:
-                    if reads_out is None:
-                        reads_out = _reads_out(call)
-                    touched[key] = touched.get(key, False) or reads_out
-                else:
-                    touched[key] = True
-        for ref in getattr(call, "inputs", ()):
-            touched[(tile, (ref.ref if isinstance(ref, View) else ref).buffer)] = True
+        (get(type(call)) or _touch_any)(call, touched)
     return touched
 
 
 def _exchange_touches(step: ExchangeStep) -> dict[tuple[int, str], bool]:
     """The keys an exchange step touches: sources are read, destinations only written."""
-    touched = dict.fromkeys(
-        ((tile, ref.buffer) for t in step.transfers for tile, ref in t.destinations), False
-    )
-    touched.update(dict.fromkeys(((t.source_tile, t.source.buffer) for t in step.transfers), True))
+    return _exchange_touches_of(*_exchange_keys(step))
+
+
+def _exchange_touches_of(sent: _Keys, received: _Keys) -> dict[tuple[int, str], bool]:
+    """:func:`_exchange_touches` from the step's sent and received keys."""
+    touched = dict.fromkeys(received, False)
+    touched.update(dict.fromkeys(sent, True))
     return touched
 
 
@@ -160,20 +258,25 @@ def _reads_out(call: object) -> bool:
     return isinstance(call, AddCall) or (isinstance(call, GemmCall) and call.accumulate)
 
 
+#: A buffer request as a plain tuple: the fields of :class:`BufferRequest`, in order.
+_Request = tuple[str, int, int, Region, tuple[int, int], bool, tuple[str, ...]]
+
+
 def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Placement:
     """Allocate every buffer; dead buffers' bytes are reused by later ones.
 
     Raises:
         PlanError: if a tile's buffers do not fit (names the tile and buffer).
     """
-    spans = buffer_lifetimes(program)
+    exchange_keys = _all_exchange_keys(program)
+    spans = buffer_lifetimes(program, exchange_keys)
     end = len(program.steps) + 1
-    per_tile: dict[int, list[BufferRequest]] = defaultdict(list)
+    per_tile: dict[int, list[_Request]] = defaultdict(list)
     for buf in program.buffers:
         first, last = spans.get((buf.tile, buf.name), (0, 0))
         live = (0 if buf.host_written else first, end if buf.host_read else last + 1)
         per_tile[buf.tile].append(
-            BufferRequest(
+            (
                 buf.name,
                 buf.size,
                 buf.alignment,
@@ -183,18 +286,21 @@ def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Pl
                 buf.avoid,
             )
         )
-    hazards = exchange_hazard_pairs(program)
+    hazards = _hazard_pairs(program, exchange_keys)
     # Tiles with equal separated requests get the same addresses and equal allocations (the
     # requests differ at most in ``avoid_element_of``, which allocations do not record).
+    # Requests stay plain tuples until a tile's are new: most tiles repeat another's.
     cache: dict[tuple, dict[str, Allocation]] = {}
     allocations: list[dict[str, Allocation]] = [{} for _ in range(program.tile_count)]
     peaks = {"standard_peak_bytes": 0, "interleaved_peak_bytes": 0, "largest_standard_bytes": 0}
     for tile in range(program.tile_count):
-        requests = sorted(per_tile.get(tile, []), key=lambda r: r.name)
-        separated = _separate(requests, hazards.get(tile, {}))
-        key = tuple(separated)
+        raw = sorted(per_tile.get(tile, []), key=itemgetter(0))  # by name
+        separated_raw = _separate(raw, hazards.get(tile, {}))
+        key = tuple(separated_raw)
         known = cache.get(key)
         if known is None:
+            requests = [BufferRequest(*r) for r in raw]
+            separated = [BufferRequest(*r) for r in separated_raw]
             try:
                 # First with each phase's send and receive buffers in different elements
                 # (no SRAM-element hazard left for the scheduler), else as requested.
@@ -219,52 +325,52 @@ def exchange_hazard_pairs(program: LowProgram) -> dict[int, dict[str, set[str]]]
     """Per tile, the buffers each buffer should not share a memory element with: those it
     receives into while the same exchange step sends from the other (an SRAM-element hazard,
     facts §5.4, serialises the two; in different elements they may overlap)."""
+    return _hazard_pairs(program, _all_exchange_keys(program))
+
+
+def _hazard_pairs(
+    program: LowProgram, exchange_keys: dict[int, tuple[_Keys, _Keys]]
+) -> dict[int, dict[str, set[str]]]:
+    """:func:`exchange_hazard_pairs` from the sent and received keys of every exchange step."""
     pairs: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for step in program.steps:
-        if not isinstance(step, ExchangeStep):
-            continue
+    for sent_keys, received in exchange_keys.values():
         sends: dict[int, list[str]] = defaultdict(list)
-        for tile, buffer in dict.fromkeys((t.source_tile, t.source.buffer) for t in step.transfers):
+        for tile, buffer in sent_keys:
             sends[tile].append(buffer)
-        received = dict.fromkeys(
-            (tile, ref.buffer) for t in step.transfers for tile, ref in t.destinations
-        )
         for tile, a in received:
             sent = sends.get(tile)
             if sent:
-                for b in sent:
-                    if a != b:
-                        pairs[tile][a].add(b)
+                others = [b for b in sent if b != a]
+                if others:
+                    pairs[tile][a].update(others)
     return pairs
 
 
-def _separate(requests: list[BufferRequest], avoid: dict[str, set[str]]) -> list[BufferRequest]:
-    """``requests`` with the hazard pairs of ``avoid`` added to ``avoid_element_of``."""
+def _separate(requests: list[_Request], avoid: dict[str, set[str]]) -> list[_Request]:
+    """``requests`` (tuples of :class:`BufferRequest` fields) with the hazard pairs of
+    ``avoid`` added to ``avoid_element_of``."""
     if not avoid:
         return requests
     out = []
     for r in requests:
-        wanted = avoid.get(r.name)
+        wanted = avoid.get(r[0])
         if not wanted:
             out.append(r)
             continue
-        extra = sorted(wanted - set(r.avoid_element_of))
-        out.append(replace(r, avoid_element_of=(*r.avoid_element_of, *extra)) if extra else r)
+        extra = sorted(wanted - set(r[6]))
+        out.append((*r[:6], (*r[6], *extra)) if extra else r)
     return out
 
 
 def physical_phase(step: ExchangeStep, placement: Placement) -> ExchangePhase:
     """The exchange step with physical tile ids and byte addresses."""
     phys = placement.physical.tolist()
-    allocations = placement.allocations
+    addresses = placement.addresses()
     transfers = tuple(
         Transfer(
             phys[t.source_tile],
-            allocations[t.source_tile][t.source.buffer].address + t.source.offset,
-            tuple(
-                (phys[tile], allocations[tile][ref.buffer].address + ref.offset)
-                for tile, ref in t.destinations
-            ),
+            addresses[t.source_tile][t.source[0]] + t.source[1],
+            tuple([(phys[tile], addresses[tile][r[0]] + r[1]) for tile, r in t.destinations]),
             t.words,
         )
         for t in step.transfers

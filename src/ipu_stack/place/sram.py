@@ -250,14 +250,6 @@ def _lives_intersect(a: _Interval, b: _Interval) -> bool:
 # --- Allocation ----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Placed:
-    req: BufferRequest
-    start: int
-    end: int  # start + footprint
-    element_span: _Interval  # [start, end) rounded out to whole elements
-
-
 def _element_span(start: int, end: int) -> _Interval:
     e = _element_bytes_at(start)
     return (start // e * e, _align_up(end, e))
@@ -312,14 +304,19 @@ def _avoids(a: BufferRequest, b: BufferRequest) -> bool:
 def _try_order(
     order: Sequence[BufferRequest], segments: Mapping[Region, list[_Interval]]
 ) -> tuple[dict[str, int], None] | tuple[None, PlanError]:
-    placed: list[_Placed] = []
+    # placed buffers as plain tuples (no attribute loads in the scan): live first, live end,
+    # start, end (start + footprint), [start, end) rounded out to whole elements, name, and
+    # the names it avoids
+    placed: list[tuple[int, int, int, int, _Interval, str, tuple[str, ...]]] = []
     out: dict[str, int] = {}
     for req in order:
-        blocked: list[_Interval] = []
-        for p in placed:
-            if not _lives_intersect(p.req.live, req.live):
-                continue
-            blocked.append(p.element_span if _avoids(req, p.req) else (p.start, p.end))
+        lo, hi = req.live
+        name, avoid = req.name, req.avoid_element_of
+        blocked = [
+            span if (p_name in avoid or name in p_avoid) else (start, end)
+            for p_lo, p_hi, start, end, span, p_name, p_avoid in placed
+            if p_lo < hi and lo < p_hi  # lives intersect
+        ]
         blocked.sort()
         address: int | None = None
         for seg in segments[req.region]:
@@ -330,8 +327,8 @@ def _try_order(
         if address is None:
             return None, _failure(req, segments[req.region], blocked)
         end = address + _placement_params(req, (address, address))[0]
-        placed.append(_Placed(req, address, end, _element_span(address, end)))
-        out[req.name] = address
+        placed.append((lo, hi, address, end, _element_span(address, end), name, avoid))
+        out[name] = address
     return out, None
 
 
