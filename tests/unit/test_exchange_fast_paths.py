@@ -121,3 +121,25 @@ def test_phase_arrays_are_shared_and_read_only():
     twin = ExchangePhase(tuple(phase.transfers), phase.tile_count)
     assert phase_arrays(twin) is not arrays
     np.testing.assert_array_equal(phase_arrays(twin).destination_tiles, arrays.destination_tiles)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 40))
+def test_row_words_of_the_busiest_tile_match_a_count_by_tile(seed, count):
+    from ipu_stack.exchange.scheduler import exchange_row_words, optimize_phase
+    from ipu_stack.target.ipu21 import RECEIVE_ROW_WORDS_PER_PIECE, SEND_ROW_WORDS_PER_PIECE
+
+    phase = random_phase(np.random.default_rng(seed), count, 16, max_fanout=4)
+    schedule = optimize_phase(phase, time_budget=0.05).schedule
+    words: dict[int, int] = {}
+    for transfer, pieces in zip(phase.transfers, schedule.pieces, strict=True):
+        words[transfer.source] = words.get(transfer.source, 0) + SEND_ROW_WORDS_PER_PIECE * len(
+            pieces
+        )
+        for tile in transfer.destination_tiles:
+            words[tile] = words.get(tile, 0) + RECEIVE_ROW_WORDS_PER_PIECE * len(pieces)
+    busiest = max(words.values())
+    assert exchange_row_words(phase, schedule) == (
+        min(t for t, w in words.items() if w == busiest),
+        busiest,
+    )

@@ -59,6 +59,7 @@ from ipu_stack.exchange.model import (
     PhaseSchedule,
     Piece,
     maximum_identical_destinations,
+    phase_arrays,
 )
 from ipu_stack.exchange.schedule_cliques import clique_order
 from ipu_stack.exchange.schedule_greedy import (
@@ -378,14 +379,16 @@ def exchange_row_words(phase: ExchangePhase, schedule: PhaseSchedule) -> tuple[i
     Returns:
         ``(tile, row_words)``; ``(0, 0)`` for an empty phase.
     """
-    words: dict[int, int] = {}
-    for transfer, pieces in zip(phase.transfers, schedule.pieces, strict=True):
-        words[transfer.source] = words.get(transfer.source, 0) + SEND_ROW_WORDS_PER_PIECE * len(
-            pieces
-        )
-        for tile in transfer.destination_tiles:
-            words[tile] = words.get(tile, 0) + RECEIVE_ROW_WORDS_PER_PIECE * len(pieces)
-    if not words:
+    if not phase.transfers:
         return 0, 0
-    tile = max(words, key=lambda t: (words[t], -t))
-    return tile, words[tile]
+    arrays = phase_arrays(phase)
+    pieces = np.fromiter(map(len, schedule.pieces), np.int64, len(schedule.pieces))
+    tiles = max(int(arrays.sources.max()), int(arrays.destination_tiles.max(initial=0))) + 1
+    words = np.bincount(arrays.sources, SEND_ROW_WORDS_PER_PIECE * pieces, tiles)
+    words += np.bincount(
+        arrays.destination_tiles,
+        RECEIVE_ROW_WORDS_PER_PIECE * pieces[arrays.destination_transfers],
+        tiles,
+    )
+    tile = int(np.argmax(words))  # the lowest tile among the busiest
+    return tile, round(float(words[tile]))
