@@ -209,7 +209,7 @@ def beam_search(
                     br.stacked_headroom_interleaved - tile0_il,
                     interleaved_cap - il - fp.tile0_extra_interleaved - earlier0_il,
                 )
-                checks = (
+                checks: tuple[tuple[int, str, int], ...] = (
                     (il, "interleaved", interleaved_cap),
                     (total, "total", capacity),
                     (capacity - headroom, "total (weights included)", capacity),
