@@ -53,6 +53,12 @@ class Branch:
     headroom: int = 1 << 62
     resident_interleaved: int = 0  # the same for the weights kept in the interleaved region
     headroom_interleaved: int = 1 << 62
+    # the same on tile 0, where lowering starts every operation's tiles: each operation's
+    # host-written bytes per active tile stacked (see ``beam_search``)
+    stacked: int = 0
+    stacked_headroom: int = 1 << 62
+    stacked_interleaved: int = 0
+    stacked_headroom_interleaved: int = 1 << 62
 
     def objectives(self) -> tuple[int, ...]:
         return (
@@ -93,6 +99,9 @@ def beam_search(
     resident_scale: int = 1,
     resident_base: int = 0,
     loop_body: bool = False,
+    stack_tile0: bool = True,
+    tile0_base: int = 0,
+    tile0_bases: dict[str, int] | None = None,
 ) -> list[Branch]:
     """Whole-graph plans that fit, cheapest first.
 
@@ -110,6 +119,17 @@ def beam_search(
     counts the weights of the operations before it and all ``resident_scale`` blocks of its
     own (its footprint holds one).
 
+    Tile 0: the even spread is a lower bound of the busiest tile, not what lowering makes of
+    it. Every operation's tiles start at tile 0 (``place/balance.py`` rotates a GEMM only when
+    that lowers the busiest tile), the first block of an uneven split is the largest, and
+    parameters staged beside row-layout operations are replicated on each of their tiles, so
+    tile 0 holds the whole per-tile block (``footprint.resident``) of every later operation.
+    The same headroom is kept for tile 0 with those blocks stacked (later operations' lower
+    bounds still spread), and a candidate that leaves tile 0 short is dropped too, unless
+    ``stack_tile0`` is false (the relaxed retry of :func:`~ipu_stack.mid.lower_mid.lower_mid`).
+    ``tile0_base`` is what tile 0 holds besides (at least ``resident_base``: in a loop body,
+    the enclosing graph's blocks there); ``tile0_bases`` gives it for each repeat's body.
+
     Raises:
         PlanError: naming the operation, the memory region and the shortfall per tile when
             no branch fits.
@@ -122,6 +142,7 @@ def beam_search(
     capacity = int((STANDARD_DATA_BYTES + INTERLEAVED_DATA_BYTES) * capacity_scale)
     lower = [b * resident_scale for b in parameter_bytes(graph)]
     later = np.cumsum([0, *lower[::-1]])[::-1].tolist()  # later[i]: bytes of ops >= i
+    base0 = max(resident_base, tile0_base)
     for index, op in enumerate(graph.operations):
         expanded: list[Branch] = []
         best_miss: tuple[int, str, int] | None = None
@@ -131,8 +152,9 @@ def beam_search(
             key = (op.id, shapes, operand_formats)
             if key not in cache:
                 cache[key] = candidates_for(
-                    graph, op, br.formats, tiles, problems.get(op.id), capacity_scale
-                )
+                    graph, op, br.formats, tiles, problems.get(op.id), capacity_scale,
+                    (tile0_bases or {}).get(op.name, 0),
+                )  # fmt: skip
             live = [v for v, fmt in br.formats.items() if last.get(v, -1) >= index]
             live_std = sum(
                 br.formats[v].shard_bytes()
@@ -167,20 +189,43 @@ def beam_search(
                     br.headroom_interleaved - spread_il,
                     interleaved_cap - il - -(-earlier_il // tiles),
                 )
-                if il > interleaved_cap or total > capacity or headroom < 0 or headroom_il < 0:
-                    region, need, cap = (
-                        ("interleaved", il, interleaved_cap)
-                        if il > interleaved_cap
-                        else ("total", total, capacity)
-                        if total > capacity
-                        else ("total (weights included)", capacity - headroom, capacity)
-                        if headroom < 0
-                        else (
-                            "interleaved (weights included)",
-                            interleaved_cap - headroom_il,
-                            interleaved_cap,
-                        )
-                    )
+                # tile 0: this op's whole per-tile block replaces its spread lower bound
+                tile0 = cand.footprint.resident * resident_scale
+                tile0_il = cand.footprint.resident_interleaved * resident_scale
+                once0 = cand.footprint.resident
+                earlier0 = br.stacked + tile0 - once0 if loop_body else 0
+                fp = cand.footprint
+                stacked_headroom = min(
+                    br.stacked_headroom - max(0, tile0 - lower[index] // tiles),
+                    capacity - base0 - total - fp.tile0_extra - fp.tile0_extra_interleaved
+                    - -(-later[index + 1] // tiles) - earlier0,
+                )  # fmt: skip
+                earlier0_il = (
+                    br.stacked_interleaved + tile0_il - cand.footprint.resident_interleaved
+                    if loop_body
+                    else 0
+                )
+                stacked_headroom_il = min(
+                    br.stacked_headroom_interleaved - tile0_il,
+                    interleaved_cap - il - fp.tile0_extra_interleaved - earlier0_il,
+                )
+                checks: tuple[tuple[int, str, int], ...] = (
+                    (il, "interleaved", interleaved_cap),
+                    (total, "total", capacity),
+                    (capacity - headroom, "total (weights included)", capacity),
+                    (interleaved_cap - headroom_il, "interleaved (weights included)",
+                     interleaved_cap),
+                )  # fmt: skip
+                if stack_tile0:
+                    checks += (
+                        (capacity - stacked_headroom, "total on tile 0 (weights included)",
+                         capacity),
+                        (interleaved_cap - stacked_headroom_il,
+                         "interleaved on tile 0 (weights included)", interleaved_cap),
+                    )  # fmt: skip
+                miss = next((c for c in checks if c[0] > c[2]), None)
+                if miss is not None:
+                    need, region, cap = miss
                     if best_miss is None or need - cap < best_miss[2]:
                         best_miss = (need, region, need - cap)
                     continue
@@ -199,6 +244,10 @@ def beam_search(
                     headroom,
                     br.resident_interleaved + own_il,
                     headroom_il,
+                    br.stacked + tile0,
+                    stacked_headroom,
+                    br.stacked_interleaved + tile0_il,
+                    stacked_headroom_il,
                 )
                 nb.choices[op.name] = cand
                 for v, wanted in zip(op.inputs, cand.input_formats, strict=True):

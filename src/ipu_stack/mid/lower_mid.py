@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
+from ipu_stack.errors import PlanError
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.low.lower import gemm_problems
 from ipu_stack.mid.beam import Branch, beam_search
@@ -85,26 +87,35 @@ def lower_mid(
     resident_scale: int = 1,
     resident_base: int = 0,
     loop_body: bool = False,
+    tile0_base: int = 0,
 ) -> list[Finalist]:
     """Whole-graph plans: the best ``finalists`` (each logged as a retained finalist), then
-    the other surviving branches, leanest first, as fallbacks for placement.
-    ``resident_scale``, ``resident_base`` and ``loop_body``: see
-    :func:`~ipu_stack.mid.beam.beam_search`.
+    the other surviving branches, leanest first, as fallbacks for placement. Plans are first
+    searched with every operation's per-tile weight block stacked on tile 0 (what lowering
+    makes of them); only if nothing fits so are they searched on the even spread alone.
+    ``resident_scale``, ``resident_base``, ``loop_body`` and ``tile0_base``: see
+    :func:`~ipu_stack.mid.beam.beam_search`. A graph with loops is planned twice: its loop
+    bodies are planned before the operations around them, so the second time each body is
+    planned knowing what the first plan put on tile 0 during it.
 
     Raises:
         PlanError: if no plan fits (names the operation, region and shortfall).
     """
     graph.verify()
-    branches = beam_search(
-        graph,
-        tiles,
-        gemm_problems(graph),
-        width,
-        capacity_scale,
-        resident_scale,
-        resident_base,
-        loop_body,
-    )
+    problems = gemm_problems(graph)
+    args = (graph, tiles, problems, width, capacity_scale, resident_scale, resident_base)
+    try:
+        branches = beam_search(*args, loop_body, tile0_base=tile0_base)
+        bases = loop_tile0_bases(graph, branches[0])
+        if bases:
+            with suppress(PlanError):  # else the first plan stands
+                branches = beam_search(*args, loop_body, tile0_base=tile0_base, tile0_bases=bases)
+    except PlanError as strict:
+        # Nothing fits with every block stacked on tile 0: plan on the even spread alone and
+        # leave it to the weight balance (rotated GEMM tile ranges) and the placement check.
+        branches = beam_search(*args, loop_body, stack_tile0=False)  # its error if none
+        if trace is not None:
+            trace.event("planned without tile-0 stacking", reason=str(strict))
     kept, skipped = distinct_branches(branches, finalists)
     if trace is not None and skipped:
         trace.event("skipped near-duplicate operator-plan branches", branches=skipped,
@@ -155,3 +166,17 @@ def _differing_cycles(a: Branch, b: Branch) -> int:
     conversions_a, conversions_b = set(a.conversions), set(b.conversions)
     total += sum(c.cycles for c in conversions_a ^ conversions_b)
     return total
+
+
+def loop_tile0_bases(graph: ComputeGraph, branch: Branch) -> dict[str, int]:
+    """For each repeat of ``graph``, the bytes ``branch`` has the host write on tile 0 for the
+    operations after it (live from step 0 to their use, so through the loop)."""
+    out: dict[str, int] = {}
+    after = 0
+    for op in reversed(graph.operations):
+        if op.kind == "repeat":
+            out[op.name] = after
+        cand = branch.choices.get(op.name)
+        if cand is not None:
+            after += cand.footprint.resident
+    return out

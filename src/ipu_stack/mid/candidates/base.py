@@ -19,6 +19,10 @@ class Footprint:
     # bytes per active tile the host writes before the run (weights): live from step 0
     resident: int = 0
     resident_interleaved: int = 0  # the part of ``resident`` that must be interleaved
+    # what tile 0 holds while the operation runs besides the above (a loop body: every value
+    # it makes, live through the body, and all its weight blocks); its interleaved part
+    tile0_extra: int = 0
+    tile0_extra_interleaved: int = 0
 
     @property
     def total(self) -> int:

@@ -21,8 +21,10 @@ def candidates_for(
     tiles: int,
     problem: GemmProblem | None = None,
     capacity_scale: float = 1.0,
+    tile0_base: int = 0,
 ) -> list[Candidate]:
-    """Every candidate of ``op`` given the formats its operands are produced in."""
+    """Every candidate of ``op`` given the formats its operands are produced in
+    (``tile0_base``: a repeat's, see :func:`~ipu_stack.mid.candidates.repeat.body_finalist`)."""
     if op.kind == "gemm":
         assert problem is not None
         return gemm_candidates(graph, op, problem, tiles, capacity_scale, formats)
@@ -39,7 +41,7 @@ def candidates_for(
     if op.kind == "flash_attention":
         return attention_candidates(graph, op, formats, tiles)
     if op.kind == "repeat":
-        return repeat_candidates(graph, op, tiles, capacity_scale)
+        return repeat_candidates(graph, op, tiles, capacity_scale, tile0_base)
     from ipu_stack.errors import GraphError
 
     raise GraphError(f"{op.name}: no candidates for operation kind {op.kind!r}")

@@ -106,7 +106,14 @@ def gather_candidates(graph: ComputeGraph, op: Operation, tiles: int) -> list[Ca
             fmt,
             cycles + exchange,
             exchange,
-            Footprint(own, 0, max(table_bytes, partial)),
+            # a parameter table's block is written by the host on each table tile
+            Footprint(
+                own,
+                0,
+                max(table_bytes, partial),
+                0,
+                table_bytes if table.kind == "parameter" else 0,
+            ),
             grid.tiles,
             2 + (grid.row_blocks > 1),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ipu_stack.graph.compute_graph import ComputeGraph, Operation
+from ipu_stack.graph.compute_graph import ComputeGraph, Operation, Value
 from ipu_stack.low.lower_ops import flat_shape
 from ipu_stack.mid.candidates.base import Candidate, Footprint
 from ipu_stack.mid.formats import TensorFormat, row_layout_format
@@ -10,6 +10,7 @@ from ipu_stack.target import ipu21
 from ipu_stack.target.op_cycles import elementwise_cycles, row_kernel_cycles
 
 ROW_WISE = ("layer_norm", "softmax", "reduce_mean")
+STAGE_ALIGN = 8  # staged rows start on 64-bit boundaries (low/lower_ops.py: ROW_ALIGN)
 
 
 def tile_choices(tiles: int, rows: int) -> list[int]:
@@ -29,6 +30,24 @@ def kernel_cycles(
     return elementwise_cycles(op.kind, n, n * in_eb, n * out_eb) + ipu21.KERNEL_LAUNCH_CYCLES
 
 
+def staged_parameter_bytes(
+    op: Operation, params: list[Value], out_shape: tuple[int, ...], rows: int, cols: int
+) -> int:
+    """Bytes per tile of the parameters staged beside an output block of ``rows`` x ``cols``
+    (the host writes them there before the run, on every tile of the layout): one row of a
+    parameter that every row reads (a bias, a layer norm's scale), else the block's rows."""
+    total = 0
+    out_c = out_shape[-1]
+    for v in params:
+        eb = ipu21.precision(v.dtype).element_bytes
+        width = out_c if op.kind in ROW_WISE else cols if v.shape[-1] == out_c else 1
+        lead = v.shape[:-1][-(len(out_shape) - 1) :] if len(out_shape) > 1 else ()
+        one_row = op.kind in ROW_WISE or all(d == 1 for d in lead)
+        stride = -(-width * eb // STAGE_ALIGN) * STAGE_ALIGN
+        total += (1 if one_row else rows) * stride
+    return total
+
+
 def pointwise_candidates(
     graph: ComputeGraph, op: Operation, formats: dict[int, TensorFormat], tiles: int
 ) -> list[Candidate]:
@@ -41,6 +60,7 @@ def pointwise_candidates(
     result = []
     anchor_fmt = formats.get(anchor.id) if anchor is not None else None
     row_wise = op.kind in ROW_WISE
+    params = [v for v in ins if v.kind == "parameter"]
     if anchor_fmt is not None and not (row_wise and anchor_fmt.layout.tiling[1].partitions > 1):
         rows_t, cols_t = anchor_fmt.layout.tiling
         out_fmt = TensorFormat(out.dtype, anchor_fmt.layout)
@@ -50,6 +70,7 @@ def pointwise_candidates(
                 staged += rows_t.block * cols_t.block * ipu21.precision(v.dtype).element_bytes
         exchange = (ipu21.EXCHANGE_PHASE_OVERHEAD + staged // 4) if staged else 0
         cycles = kernel_cycles(op, rows_t.block, cols_t.block, in_eb, out_eb) + exchange
+        hosted = staged_parameter_bytes(op, params, out.shape, rows_t.block, cols_t.block)
         result.append(
             Candidate(
                 op.name,
@@ -59,7 +80,7 @@ def pointwise_candidates(
                 out_fmt,
                 cycles,
                 exchange,
-                Footprint(out_fmt.shard_bytes() + staged, 0, out_fmt.shard_bytes()),
+                Footprint(out_fmt.shard_bytes() + staged, 0, out_fmt.shard_bytes(), 0, hosted),
                 anchor_fmt.layout.tile_group,
                 1 if staged else 0,
             )
@@ -90,7 +111,13 @@ def pointwise_candidates(
                 fmt,
                 cycles,
                 0,
-                Footprint(fmt.shard_bytes() * (1 + len(ins)), 0, fmt.shard_bytes()),
+                Footprint(
+                    fmt.shard_bytes() * (1 + len(ins)),
+                    0,
+                    fmt.shard_bytes(),
+                    0,
+                    staged_parameter_bytes(op, params, out.shape, rows, c),
+                ),
                 t,
             )
         )
