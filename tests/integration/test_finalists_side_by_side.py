@@ -26,6 +26,18 @@ def planned():
     return g, finalists
 
 
+def _placement_raises(monkeypatch, finalist, error):
+    """Make placing ``finalist`` raise ``error`` (in whichever process places it)."""
+    real = finalists_module.place_finalist
+
+    def raising(graph, candidate, tiles, trace):
+        if candidate is finalist:
+            raise error
+        return real(graph, candidate, tiles, trace)
+
+    monkeypatch.setattr(finalists_module, "place_finalist", raising)
+
+
 def test_side_by_side_matches_separate_evaluations(planned):
     g, finalists = planned
     memo = ScheduleMemo()
@@ -43,14 +55,7 @@ def test_side_by_side_matches_separate_evaluations(planned):
 
 def test_a_worker_placement_failure_is_that_finalists_outcome(planned, monkeypatch):
     g, finalists = planned
-    real = finalists_module.place_finalist
-
-    def failing(graph, finalist, tiles, trace):
-        if finalist is finalists[1]:
-            raise PlanError("tile 3: short by 12 B")
-        return real(graph, finalist, tiles, trace)
-
-    monkeypatch.setattr(finalists_module, "place_finalist", failing)
+    _placement_raises(monkeypatch, finalists[1], PlanError("tile 3: short by 12 B"))
     outcomes, kept = evaluate_finalists(g, finalists, TILES, 0.05, ScheduleMemo())
     assert outcomes[1][0] is None and "short by 12 B" in str(outcomes[1][2])
     assert outcomes[0][0] is not None and kept is not None
@@ -58,14 +63,7 @@ def test_a_worker_placement_failure_is_that_finalists_outcome(planned, monkeypat
 
 def test_finalist_zero_failing_leaves_its_problems_to_the_others(planned, monkeypatch):
     g, finalists = planned
-    real = finalists_module.place_finalist
-
-    def failing(graph, finalist, tiles, trace):
-        if finalist is finalists[0]:
-            raise PlanError("tile 0: short by 1 B")
-        return real(graph, finalist, tiles, trace)
-
-    monkeypatch.setattr(finalists_module, "place_finalist", failing)
+    _placement_raises(monkeypatch, finalists[0], PlanError("tile 0: short by 1 B"))
     outcomes, kept = evaluate_finalists(g, finalists, TILES, 0.05, ScheduleMemo())
     assert kept is None and outcomes[0][2] is not None
     alone = evaluate(g, finalists[1], TILES, Trace(quiet=True), 0.05, ScheduleMemo())
@@ -74,14 +72,7 @@ def test_finalist_zero_failing_leaves_its_problems_to_the_others(planned, monkey
 
 def test_a_worker_crash_is_raised_with_its_traceback(planned, monkeypatch):
     g, finalists = planned
-    real = finalists_module.place_finalist
-
-    def broken(graph, finalist, tiles, trace):
-        if finalist is finalists[1]:
-            raise ZeroDivisionError("planted")
-        return real(graph, finalist, tiles, trace)
-
-    monkeypatch.setattr(finalists_module, "place_finalist", broken)
+    _placement_raises(monkeypatch, finalists[1], ZeroDivisionError("planted"))
     with pytest.raises(RuntimeError, match="finalist worker process failed") as caught:
         evaluate_finalists(g, finalists, TILES, 0.05, ScheduleMemo())
     assert "ZeroDivisionError: planted" in str(caught.value)

@@ -73,7 +73,7 @@ class Calendar:
     def occupy_uses(self, uses: list[tuple[int, int]], time: int, length: int) -> None:
         """Mark every ``(resource, offset)`` use busy for ``length`` cycles from ``time``.
 
-        :meth:`occupy` for each use, inlined (the list schedulers' other inner loop)."""
+        Each use's interval must be free; the list schedulers' other inner loop."""
         starts_of = self.starts
         ends_of = self.ends
         for resource, offset in uses:
@@ -109,30 +109,4 @@ class Calendar:
 
     def occupy(self, resource: int, begin: int, end: int) -> None:
         """Mark ``[begin, end)`` busy (it must be free)."""
-        starts = self.starts.get(resource)
-        if starts is None:
-            self.starts[resource] = [begin]
-            self.ends[resource] = [end]
-            return
-        ends = self.ends[resource]
-        if begin >= ends[-1]:  # after every busy interval (the usual case)
-            if begin == ends[-1]:
-                ends[-1] = end
-            else:
-                starts.append(begin)
-                ends.append(end)
-            return
-        k = bisect_right(starts, begin)
-        joins_previous = k > 0 and ends[k - 1] == begin
-        joins_next = k < len(starts) and starts[k] == end
-        if joins_previous and joins_next:
-            ends[k - 1] = ends[k]
-            del starts[k]
-            del ends[k]
-        elif joins_previous:
-            ends[k - 1] = end
-        elif joins_next:
-            starts[k] = begin
-        else:
-            starts.insert(k, begin)
-            ends.insert(k, end)
+        self.occupy_uses([(resource, 0)], begin, end - begin)
