@@ -71,9 +71,9 @@ def test_receiver_with_two_senders_in_one_cycle(small_build):
     index, (phase, _schedule) = next(iter(built.schedules.items()))
     receivers = [d for t in phase.transfers for d in t.destination_tiles]
     assert len(receivers) > len(set(receivers)), "fixture must have a tile with two senders"
-    crowded = PhaseSchedule(
-        tuple((Piece(0, 0, t.words),) for t in phase.transfers),
-        max(t.words for t in phase.transfers),
+    crowded = PhaseSchedule(  # all at cycle 80: past every release (at most 77 cycles)
+        tuple((Piece(80, 0, t.words),) for t in phase.transfers),
+        80 + max(t.words for t in phase.transfers),
         "broken",
     )
     built.schedules[index] = (phase, crowded)

@@ -144,6 +144,11 @@ def oracle_is_valid(phase: ExchangePhase, schedule: PhaseSchedule, model: Exchan
                     if model.sram_hazards
                     else set()
                 )
+                # the receiver selects the source 52 + 2 x (physical row) cycles before the
+                # write (facts §9), and not before the phase starts
+                lead = 0 if model.latency == "none" else 52 + 2 * (tile // 64)
+                if piece.send_cycle + latency - lead < 0:
+                    return False
                 for cycle in cycles:
                     if not take("receive", tile, cycle + latency):
                         return False

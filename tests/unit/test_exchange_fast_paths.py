@@ -61,7 +61,7 @@ def _reference_list_schedule(problem: ResourceProblem, order: np.ndarray) -> lis
     for i in order.tolist():
         length = int(problem.durations[i])
         uses = _uses(problem, i)
-        time = 0
+        time = int(problem.release[i])
         moved = True
         while moved:
             moved = False

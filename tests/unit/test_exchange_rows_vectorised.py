@@ -52,6 +52,7 @@ class Window:
     source: int
     pointer: int  # word address
     paired: bool
+    lead: int  # cycles from the source select to the first write
 
 
 def _ref_events(
@@ -88,7 +89,10 @@ def _ref_events(
             for (tile, address), delay in zip(transfer.destinations, latency, strict=True):
                 start = piece.send_cycle + delay
                 pointer = address // WORD_BYTES + piece.offset_words
-                windows[tile].append(Window(start, start + items, transfer.source, pointer, paired))
+                lead = topology.mux_lead(tile)
+                windows[tile].append(
+                    Window(start, start + items, transfer.source, pointer, paired, lead)
+                )
     return sends, windows
 
 
@@ -97,8 +101,9 @@ def _ref_controls(
 ) -> list[tuple[int, str, tuple[int, ...]]]:
     """Control writes ``(row cycle, mnemonic, arguments)`` for one tile's receive windows.
 
-    The XPIC at a window's first cycle selects the source (selector 1 for 64-bit paired items,
-    assumed); one selecting no source follows at its end unless the next window starts there.
+    The XPIC ``lead`` cycles before a window's first write selects the source (selector 1 for
+    64-bit paired items, assumed); one selecting no source follows as long before its end
+    unless the next window starts there.
     A window whose
     first word lands where the previous one's pointer has advanced to needs no PIC write
     (``merge_pointers``; off in loop bodies, whose rows must have the same size every
@@ -107,15 +112,14 @@ def _ref_controls(
     windows = sorted(windows, key=lambda w: w.start)
     fixed: dict[int, tuple[str, int, int]] = {}
     for i, w in enumerate(windows):
-        if i and w.start < windows[i - 1].end:
-            raise EncodeError(
-                f"tile {tile}: receive windows overlap at cycle {w.start} (sources "
-                f"{windows[i - 1].source} and {w.source}); the phase cannot be encoded"
-            )
-        fixed[w.start + ROW_LEAD] = ("delayxpic", XPIC_PAIRED if w.paired else 0, w.source)
+        fixed[w.start - w.lead + ROW_LEAD] = (
+            "delayxpic",
+            XPIC_PAIRED if w.paired else 0,
+            w.source,
+        )
         following = windows[i + 1].start if i + 1 < len(windows) else None
         if following != w.end:  # a selected source must deliver every cycle (a fault if not)
-            fixed[w.end + ROW_LEAD] = ("delayxpic", 0, MUX_NONE)
+            fixed[w.end - w.lead + ROW_LEAD] = ("delayxpic", 0, MUX_NONE)
     pics: dict[int, int] = {}
     previous: Window | None = None
     for w in windows:
@@ -150,6 +154,16 @@ def _ref_controls(
     return out
 
 
+def _ref_overlaps(tile: int, windows: list[Window]) -> None:
+    windows = sorted(windows, key=lambda w: w.start)
+    for i, w in enumerate(windows):
+        if i and w.start < windows[i - 1].end:
+            raise EncodeError(
+                f"tile {tile}: receive windows overlap at cycle {w.start} (sources "
+                f"{windows[i - 1].source} and {w.source}); the phase cannot be encoded"
+            )
+
+
 def reference_rows(
     phase: ExchangePhase, schedule: PhaseSchedule, merge_pointers: bool = True
 ) -> dict[int, np.ndarray]:
@@ -161,6 +175,17 @@ def reference_rows(
         EncodeError: the phase cannot be encoded within the field limits (names tile, cycle).
     """
     sends, windows = _ref_events(phase, schedule)
+    for tile in sorted(windows):
+        _ref_overlaps(tile, windows[tile])
+    early = min(
+        ((w.start - w.lead, tile) for tile in sorted(windows) for w in windows[tile]),
+        default=(0, 0),
+    )
+    if early[0] < 0:
+        raise EncodeError(
+            f"tile {early[1]}: a source select would act at cycle {early[0]}, before the phase "
+            "starts; the phase cannot be encoded"
+        )
     rows: dict[int, np.ndarray] = {}
     for tile in sorted(set(sends) | set(windows)):
         controls = _ref_controls(tile, windows.get(tile, []), merge_pointers)
@@ -194,6 +219,9 @@ def reference_rows(
                 sel, value = args
                 words.append(encode(mnemonic, events_m1=wait - 1, sel=sel, value=value))
             clock = cycle
+        last_write = max((w.end - 1 + ROW_LEAD for w in windows.get(tile, [])), default=-1)
+        if last_write > clock:  # the row returns only once its last word has landed
+            words += delay_words(last_write - clock)
         words.append(encode("br", reg=LINK_REGISTER))
         if len(words) % 2:  # rows stay 8-byte aligned one after another
             words.append(0)
@@ -213,7 +241,7 @@ def scheduled_phases(draw: st.DrawFn) -> tuple[ExchangePhase, PhaseSchedule]:
     from ipu_stack.exchange.model import Transfer
 
     transfers, pieces = [], []
-    cycle = draw(st.integers(0, 3))
+    cycle = 78 + draw(st.integers(0, 3))  # releases are at most 77 cycles
     for _ in range(draw(st.integers(1, 6))):
         source = draw(st.sampled_from(TILE_POOL))
         others = [t for t in TILE_POOL if t != source]
@@ -239,7 +267,8 @@ def scheduled_phases(draw: st.DrawFn) -> tuple[ExchangePhase, PhaseSchedule]:
         pieces.append(tuple(own))
     if draw(st.booleans()) and len(pieces) > 1:  # a clash: the last transfer starts at 0
         last = pieces[-1]
-        shift = last[0].send_cycle - draw(st.integers(0, 3))
+        early = draw(st.integers(0, 3)) + draw(st.sampled_from([0, 78]))  # 0..3: no release
+        shift = last[0].send_cycle - early
         pieces[-1] = tuple(Piece(p.send_cycle - shift, p.offset_words, p.words) for p in last)
     schedule = PhaseSchedule(tuple(pieces), horizon=cycle, kind="test")
     return ExchangePhase(tuple(transfers)), schedule
@@ -269,15 +298,17 @@ def test_a_changed_encoding_is_caught():
     from ipu_stack.exchange.model import Transfer
 
     phase = ExchangePhase((Transfer(0, 0x90000, ((1, 0xA0000), (40, 0xA0100)), 100),))
-    schedule = PhaseSchedule(((Piece(0, 0, 60), Piece(60, 60, 40)),), horizon=200, kind="t")
+    schedule = PhaseSchedule(((Piece(80, 0, 60), Piece(140, 60, 40)),), horizon=400, kind="t")
     want = reference_rows(phase, schedule, True)
     got = lower_phase(phase, schedule, True)
     assert {t: r.tolist() for t, r in got.items()} == {t: r.tolist() for t, r in want.items()}
     got[1][0] ^= 1
     assert {t: r.tolist() for t, r in got.items()} != {t: r.tolist() for t, r in want.items()}
     with pytest.raises(EncodeError, match="overlap"):
-        clash = PhaseSchedule(((Piece(0, 0, 60), Piece(30, 60, 40)),), horizon=200, kind="t")
+        clash = PhaseSchedule(((Piece(80, 0, 60), Piece(110, 60, 40)),), horizon=400, kind="t")
         lower_phase(phase, clash, True)
+    with pytest.raises(EncodeError, match="before the phase starts"):
+        lower_phase(phase, PhaseSchedule(((Piece(0, 0, 100),),), horizon=400, kind="t"), True)
 
 
 @settings(max_examples=40, deadline=None)

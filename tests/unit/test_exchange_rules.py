@@ -33,8 +33,9 @@ from ipu_stack.exchange.model import (
 from ipu_stack.exchange.patterns import all_gather_phase, multicast_groups_phase
 from ipu_stack.exchange.scheduler import optimize_phase, schedule_phase
 from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.target import topology
 from ipu_stack.target.ipu21 import INTERLEAVED_BASE, STANDARD_DATA_BASE
-from ipu_stack.target.topology import MIN_TIME_TO_MUX, exchange_latency, time_to_mux
+from ipu_stack.target.topology import MIN_TIME_TO_MUX, exchange_latency, mux_lead, time_to_mux
 
 A = STANDARD_DATA_BASE
 R = INTERLEAVED_BASE  # receive buffers: another SRAM element than the send buffers
@@ -50,7 +51,36 @@ def test_min_time_to_mux_is_the_machine_minimum() -> None:
     values = time_to_mux(tiles[:, None], tiles[None, :])
     np.fill_diagonal(values, 10**6)
     assert int(values.min()) == MIN_TIME_TO_MUX
-    assert exchange_latency(0, 1) == time_to_mux(0, 1) - MIN_TIME_TO_MUX >= 0
+
+
+def test_latency_is_send_to_mux_select_to_write() -> None:
+    """Absolute timing (facts §8.5, §9): the source select one cycle after the word reaches
+    the mux, the write 52 + 2 x (receiver's physical row) after the select; 19..165 cycles."""
+    tiles = np.arange(1472)
+    latency = exchange_latency(tiles[:, None], tiles[None, :])
+    row = tiles[None, :] // 64
+    assert (latency == time_to_mux(tiles[:, None], tiles[None, :]) + 1 + 52 + 2 * row).all()
+    assert (int(latency.min()), int(latency.max())) == (19, 165)
+    assert (mux_lead(tiles) == 52 + 2 * (tiles // 64)).all()
+
+
+def test_release_keeps_every_source_select_inside_the_phase() -> None:
+    """A piece to a pair whose ``time_to_mux`` is -78 cannot start before cycle 77."""
+    tiles = np.arange(1472)
+    values = time_to_mux(tiles[:, None], tiles[None, :])
+    np.fill_diagonal(values, 10**6)
+    s, d = np.unravel_index(int(np.argmin(values)), values.shape)
+    phase = ExchangePhase((Transfer(int(s), A, ((int(d), R),), 10),))
+    schedule = schedule_phase(phase, only(latency="time_to_mux"), 0.0)
+    assert schedule.pieces[0][0].send_cycle == -MIN_TIME_TO_MUX - 1
+    early = PhaseSchedule(
+        pieces=((replace(schedule.pieces[0][0], send_cycle=-MIN_TIME_TO_MUX - 2),),),
+        horizon=schedule.horizon,
+        kind="test",
+        model=schedule.model,
+    )
+    with pytest.raises(ScheduleError, match="before the phase starts"):
+        verify_schedule(phase, early)
 
 
 def test_latency_shifts_arrivals_and_the_horizon() -> None:
@@ -66,7 +96,9 @@ def test_latency_shifts_arrivals_and_the_horizon() -> None:
     with pytest.raises(ScheduleError, match="horizon 10 is smaller than the real end"):
         verify_schedule(phase, replace(schedule, horizon=10, first_arrivals=None))
     bound, name = strongest_lower_bound(phase, only(latency="time_to_mux"))
-    assert (bound, name) == (latency + 10, LATENCY_ENDPOINT)
+    release = topology.mux_lead(700) - latency  # the select may not act before cycle 0
+    assert schedule.pieces[0][0].send_cycle == max(release, 0)
+    assert (bound, name) == (max(release, 0) + latency + 10, LATENCY_ENDPOINT)
 
 
 def test_paired64_validation() -> None:

@@ -9,7 +9,7 @@ from ipu_stack.errors import SimulationError
 from ipu_stack.exchange.model import PAIRED64, ExchangePhase, Transfer
 from ipu_stack.exchange.scheduler import optimize_phase
 from ipu_stack.runtime.exchange_sim import Row, simulate
-from ipu_stack.target import ipu21
+from ipu_stack.target import ipu21, topology
 from ipu_stack.tilecode.decode import decode
 from ipu_stack.tilecode.encode import encode
 from ipu_stack.tilecode.exchange_rows import lower_phase
@@ -118,23 +118,32 @@ def test_a_flipped_bit_faults_or_moves_wrong_words(lowered, tile, mnemonic, bit,
 
 def test_faults_name_tile_cycle_and_address():
     words, logical = _memory(np.random.default_rng(2))
-    # a mux selecting tile 3, which sends nothing
+    # a mux selecting tile 3, which sends nothing (the row waits for the writes to land)
+    lead = topology.mux_lead(1)
     row = np.array([
         encode("delaypic", events_m1=0, sel=0, value=DST // 4),
         encode("delayxpic", events_m1=4, sel=0, value=3),
         encode("delayxpic", events_m1=9, sel=0, value=0x1FFF),
+        encode("delay", events_m1=lead - 1),
         encode("br", reg=10),
     ], np.uint32)  # fmt: skip
     with pytest.raises(SimulationError, match=r"tile 1 cycle 6: receive with no sender .* 0x74004"):
         simulate([Row(int(logical[1]), 1, 0x74000, row)], words, logical, "step 3")
-    # a 64-bit item into a receiver left in 32-bit format
-    send = np.array([encode("send", count_m1=0, word_address=SRC // 4, sctl=7),
+    # the same row returning before the writes of its window have landed
+    early = np.delete(row, 3)
+    with pytest.raises(SimulationError, match=r"tile 1: its exchange row returns at cycle 17 "):
+        simulate([Row(int(logical[1]), 1, 0x74000, early)], words, logical, "step 3")
+    # a 64-bit item into a receiver left in 32-bit format: the select one cycle after the item
+    # reaches the mux (latency - lead after the send)
+    send = np.array([encode("delay", events_m1=59),  # the send acts at cycle 60
+                     encode("send", count_m1=0, word_address=SRC // 4, sctl=7),
                      encode("br", reg=10)], np.uint32)  # fmt: skip
-    lat = int(__import__("ipu_stack.target.topology", fromlist=["x"]).paired_exchange_latency(0, 2))
+    select = 60 + topology.paired_exchange_latency(0, 2) - topology.mux_lead(2)
     recv = np.array([
         encode("delaypic", events_m1=0, sel=0, value=DST // 4),
-        encode("delayxpic", events_m1=lat - 2, sel=0, value=0),
+        encode("delayxpic", events_m1=select - 2, sel=0, value=0),
         encode("delayxpic", events_m1=0, sel=0, value=0x1FFF),
+        encode("delay", events_m1=topology.mux_lead(2) - 1),
         encode("br", reg=10),
     ], np.uint32)  # fmt: skip
     rows = [Row(int(logical[0]), 0, 0x74000, send), Row(int(logical[2]), 2, 0x74000, recv)]
@@ -143,17 +152,29 @@ def test_faults_name_tile_cycle_and_address():
 
 
 def test_back_to_back_one_word_windows_share_a_sendpicp():
-    # tile 7 receives one word from each of six sources into scattered addresses: the pointer
-    # of each window must be written in the cycle its predecessor's source is selected
-    sources = [0, 1, 2, 3, 6, 40]
+    # tile 7 receives one word from each of 63 sources into scattered addresses, back to back:
+    # the pointer of a window is written the cycle before its first write, which is the cycle
+    # in which the window ``lead - 1`` later selects its source: one sendpicp writes both
+    sources = [t for t in range(64) if t != 7]
     phase = ExchangePhase(tuple(
         Transfer(s, SRC + 4 * i, ((7, DST + 0x100 * i),), 1) for i, s in enumerate(sources)
     ))  # fmt: skip
     schedule = optimize_phase(phase, time_budget=0.2, wall_clock_guards=False).schedule
     rows = lower_phase(phase, schedule)
     mnemonics = [decode(int(w)).mnemonic for w in rows[7]]
-    words, logical = _memory(np.random.default_rng(3))
+    tiles = sorted(set(sources) | {7})
+    words = np.zeros((len(tiles), (ipu21.TILE_MEMORY_END - BASE) // 4), np.uint32)
+    words[:, (SRC - BASE) // 4 : (SRC - BASE) // 4 + 512] = np.random.default_rng(3).integers(
+        0, 2**32, (len(tiles), 512)
+    )
+    logical = np.full(ipu21.TILES, -1, np.int64)
+    logical[tiles] = np.arange(len(tiles))
     want = _expected(phase, words, logical)
     simulate(_rows(rows, logical), words, logical, "test")
     assert np.array_equal(words, want)
-    assert "sendpicp" in mnemonics  # this schedule has windows in consecutive cycles
+    arrivals = sorted(p[0].send_cycle + topology.exchange_latency(t.source, 7)
+                      for t, p in zip(phase.transfers, schedule.pieces, strict=True))  # fmt: skip
+    run = max(len(list(g)) for _, g in __import__("itertools").groupby(
+        np.diff(arrivals) == 1))  # fmt: skip
+    assert run >= topology.mux_lead(7)  # the schedule packs them back to back...
+    assert "sendpicp" in mnemonics  # ...so some pointer write shares a cycle with a select

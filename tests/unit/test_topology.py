@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ipu_stack.target import topology
 from ipu_stack.target.ipu21 import TILES
 from ipu_stack.target.topology import (
     direction,
@@ -179,3 +180,14 @@ def test_latency_rectangle_identity_within_each_class(all_pairs: np.ndarray) -> 
         assert np.array_equal(lhs[in_class], rhs[in_class])
     # Control: across classes the identity fails.
     assert not np.array_equal(lhs[~same], rhs[~same])
+
+
+def test_latency_allowance_is_the_slowest_pairs_send_to_write_time() -> None:
+    from ipu_stack.target.ipu21 import EXCHANGE_LATENCY_ALLOWANCE
+
+    tiles = np.arange(1472)
+    s, d = tiles[:, None], tiles[None, :]
+    latency = topology.exchange_latency(s, d)
+    release = np.maximum(topology.mux_lead(tiles)[None, :] - latency, 0)
+    assert int((release + latency).max()) == EXCHANGE_LATENCY_ALLOWANCE
+

@@ -32,6 +32,7 @@ from ipu_stack.exchange.model import (
     PhaseArrays,
     element_of,
     latency_model,
+    lead_model,
     phase_arrays,
 )
 from ipu_stack.target.ipu21 import WORD_BYTES
@@ -64,6 +65,8 @@ class ResourceProblem:
         dependency_after: later transfer of each dependency.
         dependency_delay: ``x_after >= x_before + delay``.
         destination_latency: latency of each destination entry of the phase arrays.
+        release: earliest send cycle of each transfer: every destination's source select
+            (``lead - latency`` cycles from the send) at or after the phase start.
         words_per_cycle: 2 for transfers moved as ``paired64``, else 1.
         arrays: the phase arrays.
     """
@@ -84,6 +87,7 @@ class ResourceProblem:
     destination_latency: IntArray
     words_per_cycle: IntArray
     arrays: PhaseArrays
+    release: IntArray
 
     def resource_loads(self) -> IntArray:
         """Cycles of work on every resource (each use counts its transfer's duration)."""
@@ -94,8 +98,8 @@ class ResourceProblem:
         ).astype(np.int64)
 
     def heads(self) -> IntArray:
-        """Earliest start of every transfer allowed by the dependencies alone."""
-        head = np.zeros(self.count, dtype=np.int64)
+        """Earliest start of every transfer allowed by the releases and dependencies."""
+        head = self.release.copy()
         if self.dependency_after.size:
             order = np.argsort(self.dependency_after, kind="stable")
             before = self.dependency_before[order].tolist()
@@ -163,6 +167,11 @@ def compile_phase(phase: ExchangePhase, model: ExchangeModel) -> ResourceProblem
                 dest_sources[dest_paired], arrays.destination_tiles[dest_paired]
             )
 
+    release = np.zeros(count, dtype=np.int64)
+    if owners.size and model.latency != "none":
+        np.maximum.at(
+            release, owners, lead_model(model.latency)(arrays.destination_tiles) - latency
+        )
     receive_base = tile_count if model.full_duplex else 0
     transfers = [np.arange(count, dtype=np.int64), owners]
     resources = [arrays.sources, receive_base + arrays.destination_tiles]
@@ -238,6 +247,7 @@ def compile_phase(phase: ExchangePhase, model: ExchangeModel) -> ResourceProblem
         destination_latency=latency,
         words_per_cycle=words_per_cycle,
         arrays=arrays,
+        release=release,
     )
 
 

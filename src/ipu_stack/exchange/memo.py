@@ -54,6 +54,7 @@ def problem_key(problem: ResourceProblem, model: ExchangeModel, *options: object
             problem.dependency_after,
             problem.dependency_delay,
             problem.destination_latency,
+            problem.release,
             problem.words_per_cycle,
             arrays.sources,
             arrays.words,

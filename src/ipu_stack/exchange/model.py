@@ -25,7 +25,14 @@ supertile send/receive, §8.5 paired plans [T]). Precisely, a ``paired64`` trans
 **Latency.** Word ``k`` of a piece leaves the source at ``send_cycle + k`` and reaches
 destination ``d`` at ``send_cycle + latency(source, d) + k`` (items instead of words for
 ``paired64``). ``"none"`` is 0 for every pair; ``"time_to_mux"`` is
-:func:`ipu_stack.target.topology.exchange_latency` (0..190 cycles).
+:func:`ipu_stack.target.topology.exchange_latency` (19..165 cycles: the word reaches the
+receiver's mux, the receiver's source select takes it one cycle later and the payload is
+written :func:`ipu_stack.target.topology.mux_lead` cycles after that select, facts §8.5/§9).
+
+**Release.** A receiver selects the source ``lead(d)`` cycles before the word is written
+(``"none"``: 0), and no select can act before the phase starts, so a piece with destination
+``d`` starts at ``send_cycle >= lead(d) - latency(source, d)`` (at most 77 cycles on the C600;
+the reference's multicast start ``max(0, -min time_to_mux)``, facts §8.5).
 
 **Memory order.** Transfers are listed in program order. When two transfers touch overlapping
 bytes of one tile and at least one of them writes there (a receive), every access of the later
@@ -67,6 +74,7 @@ from ipu_stack.target.ipu21 import (
 from ipu_stack.target.topology import (
     PAIR_PARTNER_BIT,
     exchange_latency,
+    mux_lead,
     paired_exchange_latency,
 )
 
@@ -93,6 +101,29 @@ def _topology_latency(sources: IntArray, destinations: IntArray) -> IntArray:
 
 def _paired_topology_latency(sources: IntArray, destinations: IntArray) -> IntArray:
     return np.asarray(paired_exchange_latency(sources, destinations), dtype=np.int64)
+
+
+def zero_lead(destinations: IntArray) -> IntArray:
+    """The latency-free model's lead: the source is selected in the cycle of the write."""
+    return np.zeros(np.shape(destinations), dtype=np.int64)
+
+
+def _topology_lead(destinations: IntArray) -> IntArray:
+    return np.asarray(mux_lead(destinations), dtype=np.int64)
+
+
+#: Source-select leads by latency model name: ``destinations -> cycles``.
+LEAD_MODELS: dict[str, Callable[[IntArray], IntArray]] = {
+    "none": zero_lead,
+    "time_to_mux": _topology_lead,
+}
+
+
+def lead_model(name: str) -> Callable[[IntArray], IntArray]:
+    """The source-select lead of latency model ``name`` (see the module docstring); a latency
+    model registered without one selects in the cycle of the write (lead 0)."""
+    latency_model(name)  # the same names; raises on an unknown one
+    return LEAD_MODELS.get(name, zero_lead)
 
 
 #: Latency models by name: ``(word32 latency, paired64 latency)``.

@@ -116,7 +116,7 @@ def dense_greedy(
     sources = problem.arrays.sources.tolist()
     remaining = problem.resource_loads().tolist()
     successors, waiting = dependency_successors(problem)
-    release = [0] * count
+    release = problem.release.tolist()
     calendar = Calendar(problem.resource_count)
     start = [-1] * count
 
@@ -200,7 +200,7 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
     uses = transfer_uses(problem)
     durations = problem.durations.tolist()
     successors, waiting = dependency_successors(problem)
-    release = [0] * count
+    release = problem.release.tolist()
     calendar = Calendar(problem.resource_count)
     start = [0] * count
     earliest = calendar.earliest
@@ -209,7 +209,7 @@ def earliest_fit(problem: ResourceProblem, order: IntArray | None = None) -> Int
         # Nothing waits: transfers come off the ready queue in exactly the given order.
         for i in order.tolist():
             length = durations[i]
-            time = earliest(uses[i], length, 0)
+            time = earliest(uses[i], length, release[i])
             occupy(uses[i], time, length)
             start[i] = time
         return np.asarray(start, dtype=np.int64)

@@ -371,8 +371,9 @@ def _proven(solver: Any, status: Any, cp_model: Any) -> int:
 def _free_heads(
     problem: ResourceProblem, starts: IntArray, is_free: npt.NDArray[np.bool_]
 ) -> IntArray:
-    """Earliest start of each transfer given the fixed predecessors (free ones add constraints)."""
-    heads = np.zeros(problem.count, dtype=np.int64)
+    """Earliest start of each transfer given its release and the fixed predecessors (free ones
+    add constraints)."""
+    heads = problem.release.copy()
     if problem.dependency_before.size:
         before = problem.dependency_before
         after = problem.dependency_after

@@ -86,7 +86,7 @@ def preemptive_fit(
     uses = transfer_uses(problem)
     durations = problem.durations.tolist()
     after, waiting = dependency_successors(problem)
-    release = [0] * count
+    release = problem.release.tolist()
     calendar = Calendar(problem.resource_count)
     rank = np.empty(count, dtype=np.int64)
     rank[order] = np.arange(count)

@@ -10,6 +10,8 @@ which each port carries each of its words and the SRAM elements they touch, and 
 - two words in one cycle on a send port or a receive port (including a ``paired64`` transfer's
   reserved source partner; a single port per tile without full duplex);
 - recorded first arrivals that do not match the latency model;
+- a piece whose receivers would have to select its source before the phase starts (the
+  source select comes the model's lead before the write, facts §8.5);
 - a send and a receive on one tile in one SRAM element at once;
 - a transfer that touches a tile before an earlier transfer it depends on (overlapping bytes on
   that tile, one of them a write) has finished there;
@@ -36,6 +38,7 @@ from ipu_stack.exchange.model import (
     PhaseSchedule,
     element_of,
     latency_model,
+    lead_model,
 )
 from ipu_stack.target.ipu21 import WORD_BYTES
 
@@ -127,6 +130,14 @@ def verify_schedule(
     )
     arrival = send[reception_piece] + latency
     arrival_end = arrival + cycles[reception_piece]
+    select = arrival - lead_model(model.latency)(receivers)
+    if select.size and int(select.min()) < 0:
+        k = int(np.argmin(select))
+        raise ScheduleError(
+            f"{piece_name(int(reception_piece[k]))} is sent in cycle "
+            f"{int(send[reception_piece[k]])}, so tile {int(receivers[k])} would have to select "
+            f"source {int(reception_source[k])} in cycle {int(select[k])}, before the phase starts"
+        )
 
     # Send-side windows: the source, and the reserved partner of a paired piece.
     reserved = np.flatnonzero(paired[owner])

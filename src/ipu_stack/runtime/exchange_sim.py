@@ -6,11 +6,15 @@ Semantics (README "Tile code"; the row timing is the project's stated assumption
 - a ``send`` of n items puts item k on the fabric at cycle ``start + k`` (64-bit items, two
   words, with ``sctl`` bit 2), in the fabric directions of ``sctl`` bits 0-1; a second send
   before the first has finished is a fault (one send port);
-- a tile whose mux (XPIC) selects source s in cycle c receives the item s sent at
-  ``c - latency(s, tile)`` (``target.topology.exchange_latency``; XPIC selector 1 selects
-  64-bit paired items, at the paired latency); it is written at the incoming pointer, which
-  then advances by the item's words; a PIC pointer write acts from the next cycle; a
-  directionless ``sendpicp`` (8-byte aligned) writes an XPIC and a PIC at once;
+- a tile whose mux (XPIC) selects source s in cycle c takes the item s sent at
+  ``c - (latency(s, tile) - lead(tile))``, i.e. one cycle after it reached the mux
+  (``target.topology.exchange_latency`` and ``mux_lead``, facts §8.5/§9; XPIC selector 1
+  selects 64-bit paired items, at the paired latency); it is written ``lead(tile)`` cycles
+  later (``52 + 2 x physical row``) at the incoming pointer of that cycle, which then advances
+  by the item's words; a PIC pointer write acts from the next cycle; a directionless
+  ``sendpicp`` (8-byte aligned) writes an XPIC and a PIC at once;
+- a row returns (its last instruction) only after its last word has been written: a row
+  that returns while words are still to land is a fault (the tile would compute on them);
 - faults, naming tile, cycle and instruction address: a cycle in which the mux selects a source
   that sent nothing (or sent in the other direction) to arrive then, an item whose width is not
   the receiver's format, a pointer or send address outside tile memory, a word written twice in
@@ -164,7 +168,16 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
             f"{where} tile {x_tile[i]} cycle {x_act[i]}: delayxpic at {x_where[i]:#x} selects "
             f"mux {x_value[i]:#x}, which is no tile"
         )
-    np.maximum.at(ends, x_owner[x_live], np.minimum(x_stop, horizon + _TAIL)[x_live])
+    x_lead = np.asarray(topology.mux_lead(x_tile), np.int64)
+    written = np.zeros(len(rows), np.int64)
+    np.maximum.at(written, x_owner[x_live], (np.minimum(x_stop, horizon + _TAIL) + x_lead)[x_live])
+    early = written > ends
+    if early.any():
+        i = int(np.flatnonzero(early)[0])
+        raise SimulationError(
+            f"{where} tile {rows[i].physical}: its exchange row returns at cycle {ends[i]} while "
+            f"words are written into it until cycle {written[i]}"
+        )
     w_len = np.maximum(np.where(x_live, x_stop - x_act, 0), 0)
     # every sent word a phase reads (for the hazard check), then the receive cycles in chunks
     # of whole tiles (bounded memory: a multicast phase can have tens of millions of them)
@@ -226,11 +239,15 @@ def _receive(
     """Receive cycles of one chunk of rows: match, check and write (see module docstring)."""
     # per window: the pair's latency and fabric direction (constant over the window)
     x_src = np.clip(x_value, 0, ipu21.TILES - 1)
-    x_lat = np.where(
-        x_paired,
-        topology.paired_exchange_latency(x_src, x_tile),
-        topology.exchange_latency(x_src, x_tile),
-    )
+    x_lead = np.asarray(topology.mux_lead(x_tile), np.int64)
+    x_lat = (
+        np.where(
+            x_paired,
+            topology.paired_exchange_latency(x_src, x_tile),
+            topology.exchange_latency(x_src, x_tile),
+        )
+        - x_lead
+    )  # send -> source select
     x_dir = topology.direction(x_src, x_tile)
     w_idx, w_k = _segments(w_len)
     r_tile, r_cycle, r_src = x_tile[w_idx], x_act[w_idx] + w_k, x_value[w_idx]
@@ -246,23 +263,26 @@ def _receive(
             a[r_order] for a in (w_idx, r_tile, r_cycle, r_src, r_where, r_key, r_paired)
         )
 
-    # the pointer at every receive cycle (a PIC write acts from the next cycle)
+    # the pointer at every write cycle, ``lead`` after the select (a PIC write acts from the
+    # next cycle); the lead is constant per tile, so write keys are sorted as ``r_key``
+    r_write = r_cycle + x_lead[w_idx]
+    r_wkey = r_tile * _BIG + r_write
     p_mask = d.kind == _K["delaypic"]
     pic_mask = (p_mask | is_pair) & (d.sel == 0) & chunk
     pic_value = np.where(is_pair, d.pic, d.value)
     effect = act[pic_mask] + 1  # a PIC write acts from the next cycle
-    ptr_idx, ptr_value = _latest(phys, effect, pic_mask, r_key, pic_value)
+    ptr_idx, ptr_value = _latest(phys, effect, pic_mask, r_wkey, pic_value)
     ptr_where = addr[pic_mask]
     missing = ptr_idx < 0
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
         raise SimulationError(
-            f"{where} tile {r_tile[i]} cycle {r_cycle[i]}: receive (mux set at {r_where[i]:#x}) "
+            f"{where} tile {r_tile[i]} cycle {r_write[i]}: receive (mux set at {r_where[i]:#x}) "
             "with no incoming pointer set"
         )
     r_wpi = 1 + r_paired.astype(np.int64)
     eff_key = r_tile * _BIG + effect[ptr_idx]
-    first = np.searchsorted(r_key, eff_key, side="left")
+    first = np.searchsorted(r_wkey, eff_key, side="left")
     cum = np.concatenate([[0], np.cumsum(r_wpi)])
     r_ptr = ptr_value + (cum[np.arange(len(r_key))] - cum[first])
 
@@ -297,7 +317,7 @@ def _receive(
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         raise SimulationError(
-            f"{where} tile {r_tile[i]} cycle {r_cycle[i]}: incoming pointer {r_ptr[i] * 4:#x} "
+            f"{where} tile {r_tile[i]} cycle {r_write[i]}: incoming pointer {r_ptr[i] * 4:#x} "
             f"(set at {ptr_where[ptr_idx[i]]:#x}) is outside tile memory"
         )
     # words: the second word of a 64-bit item follows the first
@@ -317,7 +337,7 @@ def _receive(
         k = sorted_dst[1:][twice][0]
         i = int(np.flatnonzero(dst_key == k)[1])
         raise SimulationError(
-            f"{where} tile {r_tile[w_slot[i]]} cycle {r_cycle[w_slot[i]]}: a second word is "
+            f"{where} tile {r_tile[w_slot[i]]} cycle {r_write[w_slot[i]]}: a second word is "
             f"written at {(dst_word[i] + _BASE_WORD) * 4:#x} in one phase (pointer set at "
             f"{ptr_where[ptr_idx[w_slot[i]]]:#x})"
         )

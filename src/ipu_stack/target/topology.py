@@ -35,10 +35,18 @@ DISPLACEMENT_CYCLES_PER_COLUMN = 6
 GROUP_CYCLES_PER_ROW = 2
 TIME_TO_MUX_OFFSET = 34
 #: The smallest ``time_to_mux`` over all ordered pairs of distinct C600 tiles (computed from the
-#: facts §8.4 [T] formula; the test suite recomputes it). ``time_to_mux`` is relative, so the
-#: exchange model measures latency from it: ``exchange_latency = time_to_mux - MIN_TIME_TO_MUX``
-#: puts the quickest pair at 0 cycles and the slowest at 190 [I].
+#: facts §8.4 [T] formula; the test suite recomputes it).
 MIN_TIME_TO_MUX = -78
+
+# --- Absolute exchange timing (facts §8.5 and §9 "Timing and field facts" [T]) --------------
+# The reference's point-to-point plan starts the sender ``111 - time_to_mux`` events into the
+# phase and selects the source on the receiver (XPIC) at event 112: a word sent at cycle t is
+# at the receiver's mux at ``t + time_to_mux`` and the XPIC that takes it acts one cycle later.
+# The payload is then written ``52 + 2 x (physical row of the receiver)`` events after that
+# source select (the PIC pointer event, 51 + 2 x row, is the cycle before it).
+MUX_SELECT_AFTER_ARRIVAL = 1
+PAYLOAD_AFTER_MUX_SELECT = 52
+PAYLOAD_CYCLES_PER_ROW = 2
 #: Fabric directions as the send-control bits name them.
 DIRECTION_ONE = 1
 DIRECTION_TWO = 2
@@ -248,19 +256,37 @@ def paired_time_to_mux(source: IntLike | ArrayInput, dest: IntLike | ArrayInput)
 
 
 @overload
+def mux_lead(dest: IntLike) -> int: ...
+@overload
+def mux_lead(dest: ArrayInput) -> IntArray: ...
+def mux_lead(dest: IntLike | ArrayInput) -> int | IntArray:
+    """Cycles from a receiver's source select (XPIC) to the payload's write on ``dest``:
+    ``52 + 2 x (physical row)`` (facts §9 [T]); the same for both tiles of a pair."""
+    d = _as_array(dest)
+    _check_range(d, "destination")
+    result = _lead_array(d)
+    return int(result) if d.ndim == 0 else result
+
+
+def _lead_array(d: IntArray) -> IntArray:
+    return PAYLOAD_AFTER_MUX_SELECT + PAYLOAD_CYCLES_PER_ROW * (d // PHYSICAL_COLUMNS)
+
+
+@overload
 def exchange_latency(source: IntLike, dest: IntLike) -> int: ...
 @overload
 def exchange_latency(source: ArrayInput | IntLike, dest: ArrayInput) -> IntArray: ...
 @overload
 def exchange_latency(source: ArrayInput, dest: ArrayInput | IntLike) -> IntArray: ...
 def exchange_latency(source: IntLike | ArrayInput, dest: IntLike | ArrayInput) -> int | IntArray:
-    """Cycles from a word leaving ``source`` to its arrival at ``dest`` (always >= 0).
+    """Cycles from a word leaving ``source`` to its write into ``dest``'s memory.
 
-    ``time_to_mux - MIN_TIME_TO_MUX``: the relative latency of facts §8.4 shifted so that the
-    quickest pair of the machine takes 0 cycles (the absolute offset is unknown [I]).
+    ``time_to_mux + 1 + mux_lead(dest)``: the word is at the mux after ``time_to_mux``
+    (§8.4), the XPIC that selects it acts one cycle later and the payload is written
+    :func:`mux_lead` cycles after that (facts §8.5, §9 [T]). Over all C600 pairs 19..165.
     """
     s, d, scalar = _pair_arrays(source, dest)
-    result = _time_to_mux_array(s, d) - MIN_TIME_TO_MUX
+    result = _time_to_mux_array(s, d) + MUX_SELECT_AFTER_ARRIVAL + _lead_array(d)
     return int(result) if scalar else result
 
 
@@ -273,10 +299,9 @@ def paired_exchange_latency(source: ArrayInput, dest: ArrayInput | IntLike) -> I
 def paired_exchange_latency(
     source: IntLike | ArrayInput, dest: IntLike | ArrayInput
 ) -> int | IntArray:
-    """Latency of a paired (64-bit) receive on ``dest``'s pair: the slower of the two tiles."""
+    """Latency of a paired (64-bit) receive on ``dest``'s pair: the slower of the two tiles
+    (``paired_time_to_mux + 1 + mux_lead(dest)``; both tiles share a physical row)."""
     s, d, scalar = _pair_arrays(source, dest)
-    result = (
-        np.maximum(_time_to_mux_array(s, d), _time_to_mux_array(s, d ^ PAIR_PARTNER_BIT))
-        - MIN_TIME_TO_MUX
-    )
+    ttm = np.maximum(_time_to_mux_array(s, d), _time_to_mux_array(s, d ^ PAIR_PARTNER_BIT))
+    result = ttm + MUX_SELECT_AFTER_ARRIVAL + _lead_array(d)
     return int(result) if scalar else result

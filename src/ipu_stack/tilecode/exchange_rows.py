@@ -2,13 +2,15 @@
 
 Sending side: for every piece, a ``send`` at the piece's cycle (chunks of at most 64 items,
 facts §8.5; ``sctl`` = the fabric direction bits of its destinations (facts §8.4, 3 for both),
-plus 4 for 64-bit paired items). Receiving side: for every window in which words arrive (the
-piece's send cycle plus the pair's latency, ``target.topology.exchange_latency``, the model
-the scheduler used): a ``delayxpic`` selecting the source at its first cycle (selector 1:
-64-bit paired items); one selecting no source at its end (unless the next window starts
-there); a PIC pointer write
-(acting from the next cycle) in the cycles before it, unless the pointer has advanced there
-already; a PIC and an XPIC write of one cycle share a directionless ``sendpicp``.
+plus 4 for 64-bit paired items). Receiving side: for every window in which words are written
+(the piece's send cycle plus the pair's latency, ``target.topology.exchange_latency``, the
+model the scheduler used): a ``delayxpic`` selecting the source ``mux_lead`` cycles before its
+first write (``52 + 2 x physical row``, facts §9; selector 1: 64-bit paired items), i.e. one
+cycle after the first word reaches the mux; one selecting no source as long before its end
+(unless the next window starts there); a PIC pointer write (acting from the next cycle) in
+the cycles before the first write, unless the pointer has advanced there already; a PIC and
+an XPIC write of one cycle share a directionless ``sendpicp``. The scheduler releases each
+piece no earlier than its receivers' source selects allow (cycle >= 0).
 
 Gaps are ``delay``s; a gap longer than a control's event field (``delaypic`` 128,
 ``delayxpic`` 4096) becomes a ``delay`` (at most 0x80000 events each) plus the control. Rows
@@ -48,7 +50,7 @@ SEND_ITEMS_MAX = 64  # facts §8.5: a send covers at most 64 words (items)
 PIC_EVENTS_MAX = 1 << 7  # facts §9.1: 7-bit events - 1
 XPIC_EVENTS_MAX = 1 << 12  # facts §9.1: 12-bit events - 1
 DELAY_EVENTS_MAX = 1 << 19  # facts §9.1: a delay waits at most 0x80000 events
-_XPIC, _PIC, _PICP, _SEND = 0, 1, 2, 3  # event kinds; controls sort before a send's cycle
+_XPIC, _PIC, _PICP, _SEND, _TAIL = 0, 1, 2, 3, 4  # event kinds (controls sort before a send)
 _TILE_SHIFT = 40  # (tile << 40) | row cycle: one sortable key per tile and cycle
 
 IntArray = np.ndarray
@@ -66,7 +68,8 @@ class PhaseTables:
     dest_starts: IntArray  # per transfer + 1: its first destination
     dest_tiles: IntArray  # per destination
     dest_addresses: IntArray  # per destination
-    latency: IntArray  # per destination: cycles from send to arrival
+    latency: IntArray  # per destination: cycles from send to the write
+    lead: IntArray  # per destination: cycles from its source select to the write
     piece_transfer: IntArray  # per piece (transfer order, then piece order)
     piece_cycle: IntArray
     piece_offset: IntArray  # words into the transfer
@@ -109,6 +112,7 @@ def phase_tables(phase: ExchangePhase, schedule: PhaseSchedule) -> PhaseTables:
         dest_tiles=dst,
         dest_addresses=arrays.destination_addresses,
         latency=np.asarray(latency, np.int64),
+        lead=np.asarray(topology.mux_lead(dst), np.int64),
         piece_transfer=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
         piece_cycle=np.fromiter((p.send_cycle for p in flat), np.int64, total),
         piece_offset=np.fromiter((p.offset_words for p in flat), np.int64, total),
@@ -175,6 +179,7 @@ def _windows(t: PhaseTables, items: IntArray) -> dict[str, IntArray]:
         "source": t.sources[transfer],
         "pointer": t.dest_addresses[dest] // WORD_BYTES + t.piece_offset[piece],
         "paired": t.paired[transfer].astype(np.int64),
+        "lead": t.lead[dest],
     }
 
 
@@ -198,11 +203,11 @@ def _member(keys: IntArray, sorted_keys: IntArray) -> np.ndarray:
 def _controls(w: dict[str, IntArray], merge_pointers: bool) -> dict[str, IntArray]:
     """Control events (XPIC, PIC, shared ``sendpicp``) of every tile's receive windows.
 
-    The XPIC at a window's first cycle selects the source (selector 1 for 64-bit paired
-    items, assumed); one selecting no source follows at its end unless the next window starts
-    there. A window whose first word lands where the previous one's pointer has advanced to
-    needs no PIC write (``merge_pointers``; off in loop bodies, whose rows must have the same
-    size every iteration).
+    The XPIC ``lead`` cycles before a window's first write selects the source (selector 1
+    for 64-bit paired items, assumed); one selecting no source follows as long before its end
+    unless the next window starts there. A window whose first word lands where the previous
+    one's pointer has advanced to needs no PIC write (``merge_pointers``; off in loop bodies,
+    whose rows must have the same size every iteration).
     """
     tile, start, end = w["tile"], w["start"], w["end"]
     count = len(tile)
@@ -214,7 +219,14 @@ def _controls(w: dict[str, IntArray], merge_pointers: bool) -> dict[str, IntArra
     follows[:-1] = ~last[:-1] & (start[1:] == end[:-1])
     closing = ~follows
     x_tile = np.concatenate([tile, tile[closing]])
-    x_cycle = np.concatenate([start, end[closing]]) + ROW_LEAD
+    lead = w["lead"]
+    x_cycle = np.concatenate([start - lead, (end - lead)[closing]]) + ROW_LEAD
+    if len(x_cycle) and int(x_cycle.min()) < ROW_LEAD:
+        k = int(np.argmin(x_cycle))
+        raise EncodeError(
+            f"tile {int(x_tile[k])}: a source select would act at cycle "
+            f"{int(x_cycle[k]) - ROW_LEAD}, before the phase starts; the phase cannot be encoded"
+        )
     x_sel = np.concatenate([w["paired"] * XPIC_PAIRED, np.zeros(int(closing.sum()), np.int64)])
     x_value = np.concatenate([w["source"], np.full(int(closing.sum()), MUX_NONE, np.int64)])
     x_key = (x_tile << _TILE_SHIFT) | x_cycle
@@ -263,15 +275,47 @@ def _controls(w: dict[str, IntArray], merge_pointers: bool) -> dict[str, IntArra
     }
 
 
-def _events(sends: dict[str, IntArray], controls: dict[str, IntArray]) -> dict[str, IntArray]:
+def _tails(
+    w: dict[str, IntArray], sends: dict[str, IntArray], controls: dict[str, IntArray]
+) -> dict[str, IntArray]:
+    """A closing wait on every tile whose last word is written after its last instruction:
+    the row must not return (and the tile compute) before its words have landed. An event
+    with no word of its own: only the ``delay``s before it."""
+    tile = w["tile"]
+    last = np.ones(len(tile), bool)
+    last[:-1] = tile[1:] != tile[:-1]
+    r_tile, r_cycle = tile[last], w["end"][last] - 1 + ROW_LEAD  # the last write's cycle
+    other = np.concatenate([sends["tile"], controls["tile"]])
+    other_cycle = np.concatenate([sends["cycle"], controls["cycle"]])
+    latest = np.full(len(r_tile), -1, np.int64)
+    if len(other):
+        order = np.lexsort((other_cycle, other))
+        ot, oc = other[order], other_cycle[order]
+        at = np.searchsorted(ot, r_tile, side="right") - 1
+        ok = (at >= 0) & (ot[np.maximum(at, 0)] == r_tile)
+        latest = np.where(ok, oc[np.maximum(at, 0)], -1)
+    need = r_cycle > latest
+    n = int(need.sum())
+    return {
+        "tile": r_tile[need],
+        "cycle": r_cycle[need],
+        "kind": np.full(n, _TAIL, np.int64),
+        "word0": np.zeros(n, np.int64),
+        "word1": np.zeros(n, np.int64),
+    }
+
+
+def _events(
+    sends: dict[str, IntArray], controls: dict[str, IntArray], tails: dict[str, IntArray]
+) -> dict[str, IntArray]:
     """Every event of the phase, per tile in row order (a control before a send of its cycle)."""
     n_send = len(sends["tile"])
     e = {
-        "tile": np.concatenate([controls["tile"], sends["tile"]]),
-        "cycle": np.concatenate([controls["cycle"], sends["cycle"]]),
-        "kind": np.concatenate([controls["kind"], np.full(n_send, _SEND, np.int64)]),
-        "word0": np.concatenate([controls["word0"], sends["word0"]]),
-        "word1": np.concatenate([controls["word1"], np.zeros(n_send, np.int64)]),
+        "tile": np.concatenate([controls["tile"], tails["tile"], sends["tile"]]),
+        "cycle": np.concatenate([controls["cycle"], tails["cycle"], sends["cycle"]]),
+        "kind": np.concatenate([controls["kind"], tails["kind"], np.full(n_send, _SEND)]),
+        "word0": np.concatenate([controls["word0"], tails["word0"], sends["word0"]]),
+        "word1": np.concatenate([controls["word1"], tails["word1"], np.zeros(n_send, np.int64)]),
     }
     is_send = (e["kind"] == _SEND).astype(np.int64)
     order = _sort_by_tile(e["tile"], e["cycle"], is_send)
@@ -318,7 +362,8 @@ def encode_rows(t: PhaseTables, merge_pointers: bool = True) -> dict[int, np.nda
     items, wpi = _items(t)
     windows = _windows(t, items)
     _check_overlaps(windows)
-    e = _events(_sends(t, items, wpi), _controls(windows, merge_pointers))
+    sends, controls = _sends(t, items, wpi), _controls(windows, merge_pointers)
+    e = _events(sends, controls, _tails(windows, sends, controls))
     tile, cycle, kind = e["tile"], e["cycle"], e["kind"]
     count = len(tile)
     if not count:
@@ -333,7 +378,7 @@ def encode_rows(t: PhaseTables, merge_pointers: bool = True) -> dict[int, np.nda
     limit = np.where(kind == _PIC, PIC_EVENTS_MAX, XPIC_EVENTS_MAX)
     wait = np.where(control, np.minimum(gap, limit), 0)
     delays, last_delay = _delays(gap - wait)
-    mains = np.where(kind == _PICP, 2, 1)
+    mains = np.where(kind == _PICP, 2, np.where(kind == _TAIL, 0, 1))
     pad = _sendpicp_pads(first, kind == _PICP, delays + mains, delays)
     # a control waits ``wait`` events: events - 1 in its field (within it: wait <= limit)
     shift = np.where(kind == _PIC, _EVENTS_SHIFT[_PIC], _EVENTS_SHIFT[_XPIC])
@@ -378,7 +423,8 @@ def _assemble_rows(
     at = row_start[group] + before - before[starts][group]  # each event's first word
     words = np.zeros(int(row_length.sum()), np.uint32)  # a row's closing pad stays 0
     main_at = at + delays + pad
-    words[main_at] = main0
+    one = mains > 0
+    words[main_at[one]] = main0[one]
     two = mains == 2
     words[main_at[two] + 1] = main1[two]
     padded = pad == 1
