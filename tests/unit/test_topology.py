@@ -190,4 +190,3 @@ def test_latency_allowance_is_the_slowest_pairs_send_to_write_time() -> None:
     latency = topology.exchange_latency(s, d)
     release = np.maximum(topology.mux_lead(tiles)[None, :] - latency, 0)
     assert int((release + latency).max()) == EXCHANGE_LATENCY_ALLOWANCE
-
