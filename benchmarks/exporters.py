@@ -1,7 +1,7 @@
 """Real exporter output end to end: import, compile, simulate, compare with onnxruntime.
 
 Usage: python benchmarks/exporters.py [--dir tests/data/exports] [--tiles 1472]
-           [--precision f32|f16] [--only SUBSTRING ...] [--out benchmarks/results/exporters.json]
+           [--precision f32|f16] [--only SUBSTRING ...] [--out JSON]
            [--markdown]
        python benchmarks/exporters.py --table F32_JSON F16_JSON   (the README table)
 
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiles", type=int, default=1472)
     parser.add_argument("--precision", choices=sorted(TOLERANCE), default="f32")
     parser.add_argument("--only", nargs="*", default=[], help="substrings of file names")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/exporters.json"))
+    parser.add_argument("--out", help="default: benchmarks/results/exporters[_f16].json")
     parser.add_argument("--markdown", action="store_true", help="print the README table")
     parser.add_argument("--table", nargs=2, metavar=("F32_JSON", "F16_JSON"),
                         help="print the README table of two earlier runs and exit")  # fmt: skip
@@ -174,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in record.items() if k != "error"}),
               record.get("error", "")[:300] if isinstance(record.get("error"), str) else "",
               flush=True)  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"tiles": args.tiles, "records": records}, indent=1))
+    suffix = "" if args.precision == "f32" else f"_{args.precision}"
+    out = Path(args.out or ROOT / f"benchmarks/results/exporters{suffix}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"tiles": args.tiles, "records": records}, indent=1))
     if args.markdown:
         print(markdown(records))
     return 0 if all(r["passed"] for r in records) else 1

@@ -60,14 +60,15 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
     g = ComputeGraph()
     x = g.host_input("x", (32, 64), "f16")
-    w = g.parameter("w", (64, 32), "f16")
-    w2 = g.parameter("w2", (32, 32), "f16")
+    w = g.parameter("w", (64, 64), "f16")  # wide enough that the plan has exchange steps
+    w2 = g.parameter("w2", (64, 32), "f16")
     g.set_outputs(g.gemm(g.gemm(x, w, name="mm"), w2, name="mm2"))
     rng = np.random.default_rng(0)
-    weights = {"w": rng.uniform(-1, 1, (64, 32)).astype(np.float16),
-               "w2": rng.uniform(-1, 1, (32, 32)).astype(np.float16)}  # fmt: skip
+    weights = {"w": rng.uniform(-1, 1, (64, 64)).astype(np.float16),
+               "w2": rng.uniform(-1, 1, (64, 32)).astype(np.float16)}  # fmt: skip
     build_package(g, BuildConfig(tiles=8), weights, names={"mm2.out": "y"}).save(root / "t.ipuexe")
     built = build(g, BuildConfig(tiles=8))
+    assert built.schedules, "the fixture must have an exchange step"
     phases = [(i, p) for i, (p, _) in sorted(built.schedules.items())]
     (root / "snap.json").write_text(json.dumps(snapshot_document(phases, 1472)))
     scheds = [(i, s) for i, (_, s) in sorted(built.schedules.items())]
@@ -325,7 +326,7 @@ def test_valid_schedule_still_verifies(tiny):
     ({"edit_table": ("transfers", 0, 2, 2**40)}, "1099511627776 words"),
     ({"edit_table": ("pieces", 1, 0, 0)}, "do not cover"),
     # the images are what runs: an edited description no longer matches them
-    ({"edit_table": ("destinations", 2, 0, 0)}, "not the one the tile images were built from"),
+    ({"edit_table": ("destinations", 2, 0, 2)}, "not the one the tile images were built from"),
 ])  # fmt: skip
 def test_inconsistent_packages_exit_2_naming_the_file(tiny, tmp_path, edit, needle):
     root, _ = tiny
