@@ -115,7 +115,7 @@ class IndexingUnit:
         result = indexing_semantics(self.call(attrs), args)
         dtype = np.dtype(ipu21.precision(self.out.dtype).numpy_name)
         padded = np.zeros((self.out.rows, self.out.stride), np.uint8)
-        data = np.asarray(result).astype(dtype).reshape(self.out.rows, self.out.cols)
+        data = np.broadcast_to(np.asarray(result).astype(dtype), (self.out.rows, self.out.cols))
         padded[:, : self.out.cols * dtype.itemsize] = data.view(np.uint8)
         return padded.reshape(-1)
 

@@ -23,6 +23,8 @@ from ipu_stack.kernels import registry
 from ipu_stack.kernels.units import MAX_PARTS, parse_unit
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.target import ipu21
+from ipu_stack.runtime import indexing_semantics
+from ipu_stack.runtime.emulate_indexing import Trap, indexing_job, trap_error
 
 STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
 TABLE_ADDRESS = ipu21.LOADER_LIMIT  # reduce_add address tables (up to 256 entries), same scratch
@@ -61,7 +63,10 @@ class EmulatedKernels:
         if self._table is not None:
             memory.write(TABLE_ADDRESS, self._table.view(np.uint8), 4)
             self._table = None
-        result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
+        try:
+            result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
+        except Trap as trap:  # a gather id out of range: the semantics' error
+            raise trap_error(call, trap) from None
         tile_mem[-scratch:] = saved
         unit = self.units[name]
         unit["calls"] += 1
@@ -70,6 +75,8 @@ class EmulatedKernels:
         return True
 
     def _unit(self, call: KernelCall, address: Any) -> tuple | None:
+        if isinstance(call, MapCall) and indexing_semantics.handles(call):
+            return indexing_job(call, address)  # runtime/emulate_indexing.py
         if isinstance(call, GemmCall):
             if call.precision is ipu21.F32:
                 return None
