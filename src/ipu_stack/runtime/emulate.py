@@ -156,11 +156,16 @@ class EmulatedKernels:
         """add/mul of an [R, C] operand and a [1, C] row vector (either order)."""
         out = call.out
         eb = ipu21.precision(out.dtype).element_bytes
-        full = [v for v in call.inputs if (v.rows, v.cols) == (out.rows, out.cols)]
-        rows = [v for v in call.inputs if (v.rows, v.cols) == (1, out.cols)]
-        if len(call.inputs) != 2 or len(full) + len(rows) != 2 or not full or not rows:
-            return None  # column broadcast or mixed forms: no device code yet
-        a, b = full[0], rows[-1]
+        if len(call.inputs) != 2:
+            return None
+        x, y = call.inputs
+        shapes = ((x.rows, x.cols), (y.rows, y.cols))
+        if shapes == ((out.rows, out.cols), (1, out.cols)):
+            a, b = x, y
+        elif shapes == ((1, out.cols), (out.rows, out.cols)):
+            a, b = y, x
+        else:  # column broadcast or mixed forms (a [1, 1] scalar of a 1-row output): no code yet
+            return None
         if any(v.dtype != out.dtype for v in (a, b)) or (out.cols * eb) % 8:
             return None
         if a.stride != out.cols * eb or out.stride != out.cols * eb:
