@@ -66,7 +66,10 @@ def operands(unit: IndexingUnit, rng: np.random.Generator) -> tuple[list[np.ndar
             pool = np.array([-(2**31), -7, -1, 0, 1, 7, 2**31 - 1], np.float64)
         else:
             pool = _FLOAT_POOL
-        return [_values(rng, v, pool) for v in unit.inputs], scalars
+        a, b = (_values(rng, v, pool) for v in unit.inputs)
+        if a.shape == b.shape:  # equal pairs (NaN with NaN included) in half the elements
+            b = np.where(rng.random(a.shape) < 0.5, a, b)
+        return [a, b], scalars
     if kind == "where":
         cond = rng.choice(np.array([0, 0, 1, -1, 7, -(2**31)]), (unit.inputs[0].rows,
                                                                  unit.inputs[0].cols))  # fmt: skip
