@@ -64,8 +64,11 @@ def test_names() -> None:
     [
         ("transpose_f16_x10_s7", "add $m4, $m4, WORKER_CONTEXTS * EB", "add $m4, $m4, EB"),
         ("gather_rows_f16_n20_w7_v9_i4x5", "sub $m0, $m0, $m4", "sub $m0, $m0, $mzero"),
-        ("concat_f16_r9_w3x5x1", "LOAD_STEP CONCAT_BITS, $m0, $mzero, $m3, 1",
-         "LOAD_STEP CONCAT_BITS, $m0, $mzero, $m3, 2"),
+        (
+            "concat_f16_r9_w3x5x1",
+            "LOAD_STEP CONCAT_BITS, $m0, $mzero, $m3, 1",
+            "LOAD_STEP CONCAT_BITS, $m0, $mzero, $m3, 2",
+        ),
         ("where_f32_r9_c6", "brnz $m11, .Lse_keep", "brz $m11, .Lse_keep"),
         ("argmax_f32_r8_c3", "cmpslt $m1, $m4, $m0", "cmpslt $m1, $m0, $m4"),
     ],

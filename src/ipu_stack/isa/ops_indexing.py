@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ipu_stack.isa.ops import Effects, Op
 
 #: the registers a trap reports (assumption trap_reports)
-TRAP_REGISTERS = tuple(assumptions.value("trap_reports"))  # type: ignore[call-overload]
+TRAP_REGISTERS: tuple[str, ...] = tuple(assumptions.value("trap_reports"))  # type: ignore[arg-type]
 
 
 class Trap(Fault):

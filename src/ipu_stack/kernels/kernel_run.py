@@ -21,8 +21,8 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.isa import Fault, LoadError, Tile, load_unit
 from ipu_stack.kernels import registry, semantics
-from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
 from ipu_stack.kernels.kernel_run_indexing import run_indexing
+from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
 from ipu_stack.kernels.units_indexing import parse_indexing_unit
 from ipu_stack.target import ipu21
 

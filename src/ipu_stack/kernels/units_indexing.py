@@ -189,7 +189,8 @@ def _select(name: str, op: str, dt: str, r: int, c: int, pattern: str | None) ->
         rows, cols = (1 if p in "rs" else r), (1 if p in "cs" else c)
         v = Operand2D(rows, cols, row_stride(cols, idt), idt)
         ins.append(v)
-        flags += [f"-DSEL_IN{i}_BITS={BITS[idt]}", f"-DSEL_IN{i}_RSTEP={v.stride if rows > 1 else 0}",
+        rstep = v.stride if rows > 1 else 0
+        flags += [f"-DSEL_IN{i}_BITS={BITS[idt]}", f"-DSEL_IN{i}_RSTEP={rstep}",
                   f"-DSEL_IN{i}_CSTEP={1 if cols > 1 else 0}"]  # fmt: skip
     out = Operand2D(r, c, row_stride(c, out_dt), out_dt)
     return IndexingUnit(name, op, "select.S", out, tuple(ins), tuple(flags))

@@ -22,9 +22,9 @@ from ipu_stack.isa import Memory, Tile, load_unit
 from ipu_stack.kernels import registry
 from ipu_stack.kernels.units import MAX_PARTS, parse_unit
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
-from ipu_stack.target import ipu21
 from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.emulate_indexing import Trap, indexing_job, trap_error
+from ipu_stack.target import ipu21
 
 STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
 TABLE_ADDRESS = ipu21.LOADER_LIMIT  # reduce_add address tables (up to 256 entries), same scratch

@@ -70,18 +70,21 @@ def _name(call: MapCall) -> str | None:
         if not all(map(_plain, (out, *ins))):
             return None
         pattern = ""
+        letters = {(1, 1): "s", (out.rows, 1): "c", (1, out.cols): "r", (out.rows, out.cols): "f"}
         for v in ins:
-            shape = (v.rows, v.cols)
-            table = {(1, 1): "s", (out.rows, 1): "c", (1, out.cols): "r", (out.rows, out.cols): "f"}
-            if shape not in table:
+            if (v.rows, v.cols) not in letters:
                 return None
-            pattern += table[shape]
+            pattern += letters[(v.rows, v.cols)]
         r, c = out.rows, out.cols
         if kind == "equal" and len(ins) == 2 and ins[0].dtype == ins[1].dtype != "f8":
             return f"equal_{ins[0].dtype}_r{r}_c{c}_b{pattern}" if out.dtype == "i32" else None
-        if kind == "where" and len(ins) == 3 and ins[0].dtype == "i32":
-            if ins[1].dtype == ins[2].dtype == out.dtype:
-                return f"where_{out.dtype}_r{r}_c{c}_b{pattern}"
+        if (
+            kind == "where"
+            and len(ins) == 3
+            and ins[0].dtype == "i32"
+            and (ins[1].dtype == ins[2].dtype == out.dtype)
+        ):
+            return f"where_{out.dtype}_r{r}_c{c}_b{pattern}"
         if kind in ("add", "mul") and all(v.dtype == "i32" for v in (out, *ins)):
             return f"{kind}_i32_r{r}_c{c}_b{pattern}"
     return None
