@@ -142,3 +142,39 @@ def test_emulate_maps_lowered_calls() -> None:
     assert indexing_job(odd, address) is None  # a stride the unit does not derive: modelled
     cast = MapCall(0, "cast", view(2, 8, 32, "i32"), (view(2, 8, 32, "f32"),))
     assert indexing_job(cast, address) is None  # i32 casts have no device code yet
+
+
+def _graph_run(ids: np.ndarray, emulate: bool):
+    from ipu_stack.graph import ComputeGraph
+    from ipu_stack.package.build import BuildConfig, build
+    from ipu_stack.runtime.emulate import EmulatedKernels
+    from ipu_stack.runtime.sim import SimDevice
+
+    g = ComputeGraph()
+    table = g.parameter("table", (40, 12), "f16")
+    x = g.gather(table, g.host_input("ids", ids.shape, "i32"))
+    g.set_outputs(g.transpose(g.concat([x, x], axis=2), (0, 2, 1)))
+    built = build(g, BuildConfig(tiles=4))
+    feeds = {"table": np.arange(480, dtype=np.float16).reshape(40, 12), "ids": ids}
+    device = SimDevice()
+    if emulate:
+        device.kernels = EmulatedKernels()
+    return device.run(built.program, built.placement, built.schedules, feeds), device
+
+
+def test_emulated_gather_concat_transpose_and_the_out_of_range_error() -> None:
+    ids = np.array([[3, 39, 0, 7, 7]], np.int32)
+    plain, _ = _graph_run(ids, False)
+    emulated, device = _graph_run(ids, True)
+    units = device.kernels.report()["emulated_units"]
+    for kind in ("gather_rows_f16", "concat_f16", "transpose_f16"):
+        assert any(u.startswith(kind) for u in units), units
+    for name, want in plain.outputs.items():
+        assert np.array_equal(emulated.outputs[name], want), name
+    ids[0, 2] = 40
+    with pytest.raises(SimulationError) as want_err:
+        _graph_run(ids, False)
+    with pytest.raises(SimulationError) as got_err:
+        _graph_run(ids, True)
+    assert str(got_err.value) == str(want_err.value)
+    assert "at position (0, 2) holds 40" in str(got_err.value)
