@@ -686,6 +686,34 @@ MUTANTS += [
         0,
     ),
 ]
+CI = "cast_i32.S"
+MUTANTS += [
+    (
+        CI,
+        "cast_i32_f16_r9_c5",
+        "ties rounded up, not to even",
+        "and $m5, $m5, 1",
+        "and $m5, $m5, 0",
+        0,
+    ),
+    (
+        CI,
+        "cast_f32_i32_r9_c7",
+        "saturation exponent one low",
+        ".set SAT_E, 158",
+        ".set SAT_E, 157",
+        0,
+    ),
+    (CI, "cast_f16_i32_r7_c5", "NaN not zeroed", "brnz $m4, .Lci_zero\\@", "nop", 0),
+    (
+        CI,
+        "cast_i32_f32_r11_c6",
+        "exact range one bit short",
+        "cmpult $m1, $m4, MB + 1",
+        "cmpult $m1, $m4, MB",
+        0,
+    ),
+]
 
 
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:

@@ -36,6 +36,11 @@ UNITS = [
     "where_i32_r3_c8_bsrf",
     "add_i32_r13_c5",
     "mul_i32_r7_c9_bfr",
+    "cast_f32_i32_r9_c7",  # NaN, infinities, saturation, fractions toward zero
+    "cast_f16_i32_r7_c5",
+    "cast_i32_f32_r11_c6",  # ties to even above 2**24
+    "cast_i32_f16_r9_c5",  # ties, 65520 -> inf
+    "cast_i32_i32_r3_c4",
 ]
 
 
@@ -71,6 +76,7 @@ def test_names() -> None:
         ),
         ("where_f32_r9_c6", "brnz $m11, .Lse_keep", "brz $m11, .Lse_keep"),
         ("argmax_f32_r8_c3", "cmpslt $m1, $m4, $m0", "cmpslt $m1, $m0, $m4"),
+        ("cast_i32_f16_r9_c5", "and $m5, $m5, 1", "and $m5, $m5, 0"),
     ],
 )
 def test_planted_bug_caught(tmp_path, unit: str, old: str, new: str) -> None:
@@ -141,7 +147,7 @@ def test_emulate_maps_lowered_calls() -> None:
     odd = MapCall(0, "concat", view(2, 8, 36, "f32"), (view(2, 8, 32, "f32"),))
     assert indexing_job(odd, address) is None  # a stride the unit does not derive: modelled
     cast = MapCall(0, "cast", view(2, 8, 32, "i32"), (view(2, 8, 32, "f32"),))
-    assert indexing_job(cast, address) is None  # i32 casts have no device code yet
+    assert indexing_job(cast, address)[0] == "cast_f32_i32_r2_c8"
 
 
 def _graph_run(ids: np.ndarray, emulate: bool):

@@ -224,13 +224,6 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "trap: Tile Vertex ISA 'raise a patched breakpoint exception event' [R]; which "
         "registers the host reads back (debug interface) assumed",
     ),
-    Assumption(
-        "int_conversion_rounding",
-        "nearest-even",
-        "f32fromi32 rounds a signed i32 to the nearest f32 (ties to even); f32tof16 rounds "
-        "to nearest even with $FP_CTL.RND at its reset value",
-        "Tile Vertex ISA f32fromi32 / f32tof16 name the conversions; rounding mode assumed",
-    ),
 )
 
 _BY_KEY = {a.key: a for a in ASSUMPTIONS}

@@ -1,8 +1,7 @@
 """Instructions of the integer, indexing and rearrangement kernels (one function per family).
 
 Sub-word loads (``ldz8``, ``ldz16``, ``lds8``, ``lds16`` and their ``step`` forms; Tile
-Vertex ISA: zero- or sign-extended, naturally aligned, MRF destinations), the MRF/ARF moves
-and integer conversions the integer casts use (``atom``, ``f32fromi32``, ``f32tof16``) and
+Vertex ISA: zero- or sign-extended, naturally aligned, MRF destinations), ``clz`` and
 ``trap``. :data:`OPS` is merged into :data:`ipu_stack.isa.ops.OPS`; rules public
 documentation leaves open are rows of :mod:`ipu_stack.isa.assumptions` (``trap_*``).
 """
@@ -15,7 +14,7 @@ import numpy as np
 
 from ipu_stack.isa import assumptions
 from ipu_stack.isa.program import Instr
-from ipu_stack.isa.state import MASK32, Context, Fault, areg, mreg
+from ipu_stack.isa.state import MASK32, Context, Fault, mreg
 
 if TYPE_CHECKING:
     from ipu_stack.isa.machine import Tile
@@ -73,22 +72,10 @@ def op_subword_load(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     e.m.append((c, mreg(dst), value & MASK32))
 
 
-def op_atom(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
-    """atom $mDst, $aSrc: copy an ARF register to the MRF, no conversion."""
-    e.m.append((c, mreg(ins.operands[0]), int(c.a[areg(ins.operands[1])])))
-
-
-def op_int_convert(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
-    """f32fromi32 (signed i32 -> f32, round to nearest even); f32tof16 (f32 -> f16 round to
-    nearest even, the half duplicated into both halves of the destination)."""
-    src = np.array([c.a[areg(ins.operands[1])]], np.uint32)
-    if ins.mnemonic == "f32fromi32":
-        r = src.view(np.int32).astype(np.float32).view(np.uint32)
-    else:
-        with np.errstate(all="ignore"):
-            h = src.view(np.float32).astype(np.float16)
-        r = np.repeat(h, 2).view(np.uint32)
-    e.a.append((c, areg(ins.operands[0]), r))
+def op_clz(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
+    """clz $mDst, $mSrc: leading zero bits of the 32-bit source (32 for zero)."""
+    v = c.m[mreg(ins.operands[1])] & MASK32
+    e.m.append((c, mreg(ins.operands[0]), 32 - v.bit_length()))
 
 
 def op_trap(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
@@ -103,8 +90,6 @@ def op_trap(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
 OPS: dict[str, Op] = {
     **{name: op_subword_load for name in _SUBWORD},
     **{f"{name}step": op_subword_load for name in _SUBWORD},
-    "atom": op_atom,
-    "f32fromi32": op_int_convert,
-    "f32tof16": op_int_convert,
     "trap": op_trap,
+    "clz": op_clz,
 }

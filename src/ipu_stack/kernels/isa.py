@@ -108,10 +108,8 @@ _TABLE.update({
     **{f"{op}step": _i(("m", "m", "m+=", "mi"), source="Tile Vertex ISA ldz8step/ldz16step")
        for op in ("ldz8", "lds8", "ldz16", "lds16")},
     "st32step": _i(("ma", "m", "m+=", "mi"), source="Tile Vertex ISA st32step"),
-    "atom": _i(("m", "a"), context=WORKER, source="Tile Vertex ISA atom"),
-    "f32fromi32": _i(("a", "a"), context=WORKER, source="Tile Vertex ISA f32fromi32"),
-    "f32tof16": _i(("a", "a"), context=WORKER, source="Tile Vertex ISA f32tof16"),
     "trap": _i((("i", 0, 15),), source="Tile Vertex ISA trap zimm4"),
+    "clz": _i(("m", "m"), source="Tile Vertex ISA clz"),
 })  # fmt: skip
 
 INSTRUCTIONS: dict[str, Instruction] = {

@@ -78,7 +78,31 @@ def operands(unit: IndexingUnit, rng: np.random.Generator) -> tuple[list[np.ndar
         big = [rng.integers(-(2**31), 2**31, (v.rows, v.cols), dtype=np.int64).astype(np.int32)
                for v in unit.inputs]  # fmt: skip
         return big, scalars
+    if kind == "cast":
+        return [_cast_input(rng, unit.inputs[0])], scalars
     return [_bits(rng, v) for v in unit.inputs], scalars
+
+
+_I32_SPECIAL = [0, 1, -1, 2**31 - 1, -(2**31), 2049, 2051, -2051, 4097, 65504, 65519, 65520,
+                -65520, 2**24 + 1, 2**24 + 3, -(2**24) - 3, 2**25 + 6, 2**31 - 64, 2**31 - 65,
+                2**23 + 5, -(2**23) - 1, 1025, 2047]  # fmt: skip
+_FLOAT_SPECIAL = [0.0, -0.0, 0.5, -0.5, 0.99, -1.0, 1.5, -2.5, 65504.0, np.inf, -np.inf, np.nan,
+                  2.0**31, -(2.0**31), 2.0**31 - 128, 3e9, -3e9, 1e-8]  # fmt: skip
+
+
+def _cast_input(rng: np.random.Generator, v: Operand2D) -> np.ndarray:
+    """Cast operands: every special first (ties, overflow, NaN, signed zeros), then random."""
+    from ipu_stack.target import ipu21
+
+    n = v.rows * v.cols
+    if v.dtype == "i32":
+        mixed = np.concatenate([rng.integers(-(2**31), 2**31, n), rng.integers(-70000, 70000, n)])
+        pool = np.concatenate([np.array(_I32_SPECIAL, np.int64), rng.permutation(mixed)])
+        return pool[:n].reshape(v.rows, v.cols).astype(np.int32)
+    mixed = np.concatenate([rng.uniform(-3e9, 3e9, n), rng.uniform(-100, 100, n)])
+    pool = np.concatenate([np.array(_FLOAT_SPECIAL), rng.permutation(mixed)])
+    with np.errstate(over="ignore"):
+        return pool[:n].reshape(v.rows, v.cols).astype(ipu21.precision(v.dtype).numpy_name)
 
 
 def _place(tile: Tile, at: int, v: Operand2D, data: np.ndarray, rng: np.random.Generator) -> None:

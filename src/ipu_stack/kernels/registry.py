@@ -459,10 +459,11 @@ _INDEXING_KERNELS = tuple(
     )
 )
 
-# device code of the indexing kernels (units: kernels/units_indexing.py; cast_i32 has none yet)
+# device code of the indexing kernels (units: kernels/units_indexing.py)
 _INDEXING_SOURCES = {"gather_rows": "gather.S", "transpose": "transpose.S", "concat": "concat.S",
                      "argmax": "argmax.S", "equal": "select.S", "where": "select.S",
-                     "add_i32": "select.S", "mul_i32": "select.S"}  # fmt: skip
+                     "add_i32": "select.S", "mul_i32": "select.S",
+                     "cast_i32": "cast_i32.S"}  # fmt: skip
 _INDEXING_KERNELS = tuple(
     dataclasses.replace(k, status=IMPLEMENTED, source=TEMPLATE_DIR / _INDEXING_SOURCES[k.name])
     if k.name in _INDEXING_SOURCES

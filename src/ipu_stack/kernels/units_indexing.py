@@ -15,7 +15,9 @@ A unit name fixes the geometry the template needs; row strides are the lowering'
   ``[1, C]``, ``c`` a column ``[R, 1]``, ``s`` a scalar ``[1, 1]``; equal's dtype is its
   inputs' (output i32), where's is its values' (condition i32);
 - ``argmax_{f16|f32|i32}_r{R}_c{C}`` (``argmax.S``): first maximum of each row, i32 output
-  rows of 8 bytes.
+  rows of 8 bytes;
+- ``cast_{f16|f32|i32}_{f16|f32|i32}_r{R}_c{C}``, one side i32 (``cast_i32.S``): float -> i32
+  toward zero (NaN 0, saturating), i32 -> float to nearest even.
 
 The semantics are the registry's (:func:`ipu_stack.runtime.indexing_semantics.indexing_semantics`
 on a :class:`~ipu_stack.low.program.MapCall` built from the unit), written like the simulator
@@ -41,7 +43,7 @@ MAX_CONCAT_INPUTS = 6
 MAX_ROWS = 65530  # the workers divide rows by 6 exactly below 2**16
 GATHER_TRAP = 1
 _PREFIX = {"transpose.S": "TR", "gather.S": "GATHER", "concat.S": "CONCAT", "select.S": "SEL",
-           "argmax.S": "ARGMAX"}  # fmt: skip
+           "argmax.S": "ARGMAX", "cast_i32.S": "CI"}  # fmt: skip
 
 _NAME = re.compile(
     r"^(?:transpose_(?P<tdt>f8|f16|f32|i32)_x(?P<tx>\d+)_s(?P<ts>\d+)(?:_i(?P<ti>\d+))?"
@@ -51,7 +53,8 @@ _NAME = re.compile(
     r"|concat_(?P<cdt>f8|f16|f32|i32)_r(?P<cr>\d+)_w(?P<cw>\d+(?:x\d+)*)"
     r"|(?P<sop>equal|where|add|mul)_(?P<sdt>f8|f16|f32|i32)_r(?P<sr>\d+)_c(?P<sc>\d+)"
     r"(?:_b(?P<sb>[frcs]+))?"
-    r"|argmax_(?P<adt>f16|f32|i32)_r(?P<ar>\d+)_c(?P<ac>\d+))$"
+    r"|argmax_(?P<adt>f16|f32|i32)_r(?P<ar>\d+)_c(?P<ac>\d+)"
+    r"|cast_(?P<xs>f16|f32|i32)_(?P<xd>f16|f32|i32)_r(?P<xr>\d+)_c(?P<xc>\d+))$"
 )
 
 
@@ -115,7 +118,9 @@ class IndexingUnit:
         result = indexing_semantics(self.call(attrs), args)
         dtype = np.dtype(ipu21.precision(self.out.dtype).numpy_name)
         padded = np.zeros((self.out.rows, self.out.stride), np.uint8)
-        data = np.broadcast_to(np.asarray(result).astype(dtype), (self.out.rows, self.out.cols))
+        with np.errstate(over="ignore"):  # i32 -> f16 overflows to inf, as the simulator's
+            data = np.asarray(result).astype(dtype)
+        data = np.broadcast_to(data, (self.out.rows, self.out.cols))
         padded[:, : self.out.cols * dtype.itemsize] = data.view(np.uint8)
         return padded.reshape(-1)
 
@@ -206,6 +211,18 @@ def _argmax(name: str, dt: str, r: int, c: int) -> IndexingUnit:
     return IndexingUnit(name, "argmax", "argmax.S", out, (src,), flags)
 
 
+def _cast(name: str, src: str, dst: str, r: int, c: int) -> IndexingUnit:
+    _rows_ok(name, r, c)
+    _check(name, "i32" in (src, dst), "one side of an integer cast is i32")
+    mode = 0 if src == dst else 1 if dst == "i32" else 2
+    inp = Operand2D(r, c, row_stride(c, src), src)
+    out = Operand2D(r, c, row_stride(c, dst), dst)
+    flags = (f"-DCI_MODE={mode}", f"-DCI_IN_BITS={BITS[src]}", f"-DCI_OUT_BITS={BITS[dst]}",
+             f"-DCI_R={r}", f"-DCI_C={c}", f"-DCI_ISTRIDE={inp.stride}",
+             f"-DCI_OSTRIDE={out.stride}")  # fmt: skip
+    return IndexingUnit(name, "cast", "cast_i32.S", out, (inp,), flags)
+
+
 def parse_indexing_unit(name: str) -> IndexingUnit | None:
     """The unit ``name`` denotes, or None when it is not a name of this family.
 
@@ -227,4 +244,8 @@ def parse_indexing_unit(name: str) -> IndexingUnit | None:
         if m["sop"] in ("add", "mul") and m["sdt"] != "i32":
             return None  # the float elementwise units (kernels/units.py)
         return _select(name, m["sop"], m["sdt"], int(m["sr"]), int(m["sc"]), m["sb"])
+    if m["xs"]:
+        if "i32" not in (m["xs"], m["xd"]):
+            return None  # the float casts (kernels/units.py)
+        return _cast(name, m["xs"], m["xd"], int(m["xr"]), int(m["xc"]))
     return _argmax(name, m["adt"], int(m["ar"]), int(m["ac"]))

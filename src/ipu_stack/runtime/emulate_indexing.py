@@ -4,7 +4,7 @@
 semantics handle (``runtime/indexing_semantics.py``) onto its unit of
 :mod:`ipu_stack.kernels.units_indexing` when its views have the unit's geometry (row strides
 of the lowering, dtypes the template supports); otherwise None and the call stays modelled
-(i32 casts, F8 equality, more than six concat inputs). :func:`trap_error` turns a gather
+(F8 casts and equality, more than six concat inputs). :func:`trap_error` turns a gather
 kernel's trap into the error the semantics raise.
 """
 
@@ -66,6 +66,13 @@ def _name(call: MapCall) -> str | None:
         if src.dtype not in ("f16", "f32", "i32") or not _plain(src) or out.stride != 8:
             return None
         return f"argmax_{src.dtype}_r{src.rows}_c{src.cols}"
+    if kind == "cast":
+        src = ins[0]
+        if not (_plain(out) and _plain(src)) or (src.rows, src.cols) != (out.rows, out.cols):
+            return None
+        if {src.dtype, out.dtype} <= {"f16", "f32", "i32"}:
+            return f"cast_{src.dtype}_{out.dtype}_r{out.rows}_c{out.cols}"
+        return None
     if kind in ("equal", "where", "add", "mul"):
         if not all(map(_plain, (out, *ins))):
             return None
