@@ -714,6 +714,43 @@ MUTANTS += [
         0,
     ),
 ]
+CF = "cast_f8.S"
+MUTANTS += [
+    (
+        CF,
+        "cast_f32_f8_r9_c7",
+        "ties rounded up, not to even",
+        "and $m5, $m5, 1",
+        "and $m5, $m5, 0",
+        0,
+    ),
+    (CF, "cast_f32_f8_r9_c7", "no clip at 240", "cmpult $m1, $m5, $m0", "cmpult $m1, $m0, $m0", 0),
+    (
+        CF,
+        "cast_f16_f8_r7_c6_e3",
+        "scale ignored",
+        ".set SCALE_ADD, -(CF_SCALE)",
+        ".set SCALE_ADD, 0",
+        0,
+    ),
+    (
+        CF,
+        "cast_f8_f16_r9_c29_em6",
+        "subnormal shift one short",
+        "add $m1, $m1, 1\n sub $m1, $m1, $m4",
+        "sub $m1, $m1, $m4",
+        0,
+    ),
+    (
+        CF,
+        "cast_f8_f16_r12_c22",
+        "F8 subnormal exponent one off",
+        "add $m4, $m4, 1 - BIASI - MBI + SCALE_ADD",
+        "add $m4, $m4, 2 - BIASI - MBI + SCALE_ADD",
+        0,
+    ),
+    (CF, "cast_f32_f8_r9_c7", "negative zero kept", "brz $m0, .Lcf_end\\@", "nop", 0),
+]
 
 
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:

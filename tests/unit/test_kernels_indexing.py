@@ -41,6 +41,13 @@ UNITS = [
     "cast_i32_f32_r11_c6",  # ties to even above 2**24
     "cast_i32_f16_r9_c5",  # ties, 65520 -> inf
     "cast_i32_i32_r3_c4",
+    "cast_f32_f8_r9_c7",  # ties to even, the 240 clip, subnormals, NaN, no negative zero
+    "cast_f16_f8_r7_c6_e3",
+    "cast_f32_f8_r5_c9_em4",
+    "cast_f8_f16_r12_c22",  # all 256 patterns
+    "cast_f8_f32_r11_c24_e5",
+    "cast_f8_f16_r9_c29_em6",  # F16 subnormals
+    "cast_f8_f16_r9_c29_e12",  # F16 overflow
 ]
 
 
@@ -148,6 +155,9 @@ def test_emulate_maps_lowered_calls() -> None:
     assert indexing_job(odd, address) is None  # a stride the unit does not derive: modelled
     cast = MapCall(0, "cast", view(2, 8, 32, "i32"), (view(2, 8, 32, "f32"),))
     assert indexing_job(cast, address)[0] == "cast_f32_i32_r2_c8"
+    f8 = MapCall(0, "cast", view(2, 8, 8, "f8"), (view(2, 8, 16, "f16"),),
+                 (("scale_exponent", -6), ("source_scale_exponent", 0)))  # fmt: skip
+    assert indexing_job(f8, address)[0] == "cast_f16_f8_r2_c8_em6"
 
 
 def _graph_run(ids: np.ndarray, emulate: bool):

@@ -78,6 +78,8 @@ def operands(unit: IndexingUnit, rng: np.random.Generator) -> tuple[list[np.ndar
         big = [rng.integers(-(2**31), 2**31, (v.rows, v.cols), dtype=np.int64).astype(np.int32)
                for v in unit.inputs]  # fmt: skip
         return big, scalars
+    if kind == "cast" and "f8" in (unit.out.dtype, unit.inputs[0].dtype):
+        return [_f8_cast_input(rng, unit)], scalars
     if kind == "cast":
         return [_cast_input(rng, unit.inputs[0])], scalars
     return [_bits(rng, v) for v in unit.inputs], scalars
@@ -182,3 +184,25 @@ def trap_error(call: Any, trap: Trap) -> SimulationError | Trap:
         f"{call.attr('op')}: ids {call.attr('ids_name')!r} at position {pos} holds "
         f"{value}, outside the table's {total} rows [0, {total})"
     )
+
+
+_F8_SPECIAL = [0.0, -0.0, np.nan, np.inf, -np.inf, 240.0, 241.0, -300.0, 232.0, 236.0, 248.0,
+               1.0625, 1.1875, -1.0625, 2.0**-10, 2.0**-11, 3 * 2.0**-11, -(2.0**-11) * 3,
+               2.0**-12, -(2.0**-12), 2.0**-7 * 1.0625, 0.0078125, 1e-30, -1e-30]  # fmt: skip
+
+
+def _f8_cast_input(rng: np.random.Generator, unit: IndexingUnit) -> np.ndarray:
+    """F8 cast operands: every F143 pattern (from F8), or ties, clips, subnormals and NaN
+    scaled by the unit's power of two (to F8)."""
+    from ipu_stack.target import ipu21
+
+    v = unit.inputs[0]
+    n = v.rows * v.cols
+    if v.dtype == "f8":
+        raw = np.concatenate([rng.permutation(256), rng.integers(0, 256, n)])[:n]
+        return raw.astype(np.uint8).reshape(v.rows, v.cols).view(ipu21.precision("f8").numpy_name)
+    scale = 2.0 ** int(dict(unit.attrs)["scale_exponent"])
+    mixed = np.concatenate([rng.uniform(-300, 300, n), 2.0 ** rng.uniform(-14, 8, n)])
+    pool = np.concatenate([np.array(_F8_SPECIAL), rng.permutation(mixed)])[:n] * scale
+    with np.errstate(over="ignore"):
+        return pool.reshape(v.rows, v.cols).astype(ipu21.precision(v.dtype).numpy_name)

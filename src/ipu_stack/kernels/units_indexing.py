@@ -17,9 +17,11 @@ A unit name fixes the geometry the template needs; row strides are the lowering'
 - ``argmax_{f16|f32|i32}_r{R}_c{C}`` (``argmax.S``): first maximum of each row, i32 output
   rows of 8 bytes;
 - ``cast_{f16|f32|i32}_{f16|f32|i32}_r{R}_c{C}``, one side i32 (``cast_i32.S``): float -> i32
-  toward zero (NaN 0, saturating), i32 -> float to nearest even.
+  toward zero (NaN 0, saturating), i32 -> float to nearest even;
+- ``cast_{f16|f32}_f8_r{R}_c{C}_e{S}``, ``cast_f8_{f16|f32}_r{R}_c{C}_e{S}`` (``cast_f8.S``):
+  F143 with scale ``2**S`` (``m3`` is -3), the semantics of ``encode_f143``/``decode_f143``.
 
-The semantics are the registry's (:func:`ipu_stack.runtime.indexing_semantics.indexing_semantics`
+The semantics are the registry's (:func:`ipu_stack.runtime.sim.map_semantics`
 on a :class:`~ipu_stack.low.program.MapCall` built from the unit), written like the simulator
 writes a map call's output (row padding zero); comparisons are byte-exact.
 """
@@ -43,7 +45,7 @@ MAX_CONCAT_INPUTS = 6
 MAX_ROWS = 65530  # the workers divide rows by 6 exactly below 2**16
 GATHER_TRAP = 1
 _PREFIX = {"transpose.S": "TR", "gather.S": "GATHER", "concat.S": "CONCAT", "select.S": "SEL",
-           "argmax.S": "ARGMAX", "cast_i32.S": "CI"}  # fmt: skip
+           "argmax.S": "ARGMAX", "cast_i32.S": "CI", "cast_f8.S": "CF"}  # fmt: skip
 
 _NAME = re.compile(
     r"^(?:transpose_(?P<tdt>f8|f16|f32|i32)_x(?P<tx>\d+)_s(?P<ts>\d+)(?:_i(?P<ti>\d+))?"
@@ -54,7 +56,8 @@ _NAME = re.compile(
     r"|(?P<sop>equal|where|add|mul)_(?P<sdt>f8|f16|f32|i32)_r(?P<sr>\d+)_c(?P<sc>\d+)"
     r"(?:_b(?P<sb>[frcs]+))?"
     r"|argmax_(?P<adt>f16|f32|i32)_r(?P<ar>\d+)_c(?P<ac>\d+)"
-    r"|cast_(?P<xs>f16|f32|i32)_(?P<xd>f16|f32|i32)_r(?P<xr>\d+)_c(?P<xc>\d+))$"
+    r"|cast_(?P<xs>f8|f16|f32|i32)_(?P<xd>f8|f16|f32|i32)_r(?P<xr>\d+)_c(?P<xc>\d+)"
+    r"(?:_e(?P<xe>m?\d+))?)$"
 )
 
 
@@ -113,9 +116,9 @@ class IndexingUnit:
     def reference(self, args: list[np.ndarray], attrs: tuple = ()) -> np.ndarray:
         """The output bytes the simulator writes: the registry semantics, rounded to the
         output dtype, rows padded with zeros to the stride."""
-        from ipu_stack.runtime.indexing_semantics import indexing_semantics
+        from ipu_stack.runtime.sim import map_semantics
 
-        result = indexing_semantics(self.call(attrs), args)
+        result = map_semantics(self.call(attrs), args)
         dtype = np.dtype(ipu21.precision(self.out.dtype).numpy_name)
         padded = np.zeros((self.out.rows, self.out.stride), np.uint8)
         with np.errstate(over="ignore"):  # i32 -> f16 overflows to inf, as the simulator's
@@ -211,6 +214,20 @@ def _argmax(name: str, dt: str, r: int, c: int) -> IndexingUnit:
     return IndexingUnit(name, "argmax", "argmax.S", out, (src,), flags)
 
 
+def _cast_f8(name: str, src: str, dst: str, r: int, c: int, scale: int) -> IndexingUnit:
+    _rows_ok(name, r, c)
+    _check(name, {src, dst} in ({"f8", "f16"}, {"f8", "f32"}), "F8 casts are to or from F16/F32")
+    _check(name, abs(scale) <= 64, f"scale exponent {scale} out of range -64..64")
+    inp = Operand2D(r, c, row_stride(c, src), src)
+    out = Operand2D(r, c, row_stride(c, dst), dst)
+    flags = (f"-DCF_MODE={1 if dst == 'f8' else 2}", f"-DCF_IN_BITS={BITS[src]}",
+             f"-DCF_OUT_BITS={BITS[dst]}", f"-DCF_SCALE={scale}", f"-DCF_R={r}", f"-DCF_C={c}",
+             f"-DCF_ISTRIDE={inp.stride}", f"-DCF_OSTRIDE={out.stride}")  # fmt: skip
+    attrs = (("scale_exponent", scale if dst == "f8" else 0),
+             ("source_scale_exponent", scale if src == "f8" else 0))  # fmt: skip
+    return IndexingUnit(name, "cast", "cast_f8.S", out, (inp,), flags, attrs)
+
+
 def _cast(name: str, src: str, dst: str, r: int, c: int) -> IndexingUnit:
     _rows_ok(name, r, c)
     _check(name, "i32" in (src, dst), "one side of an integer cast is i32")
@@ -245,7 +262,11 @@ def parse_indexing_unit(name: str) -> IndexingUnit | None:
             return None  # the float elementwise units (kernels/units.py)
         return _select(name, m["sop"], m["sdt"], int(m["sr"]), int(m["sc"]), m["sb"])
     if m["xs"]:
+        r, c = int(m["xr"]), int(m["xc"])
+        if "f8" in (m["xs"], m["xd"]):
+            scale = int(m["xe"].replace("m", "-")) if m["xe"] else 0
+            return _cast_f8(name, m["xs"], m["xd"], r, c, scale)
         if "i32" not in (m["xs"], m["xd"]):
             return None  # the float casts (kernels/units.py)
-        return _cast(name, m["xs"], m["xd"], int(m["xr"]), int(m["xc"]))
+        return _cast(name, m["xs"], m["xd"], r, c)
     return _argmax(name, m["adt"], int(m["ar"]), int(m["ac"]))

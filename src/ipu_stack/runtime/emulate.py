@@ -22,8 +22,8 @@ from ipu_stack.isa import Memory, Tile, load_unit
 from ipu_stack.kernels import registry
 from ipu_stack.kernels.units import MAX_PARTS, parse_unit
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
-from ipu_stack.runtime import indexing_semantics
-from ipu_stack.runtime.emulate_indexing import Trap, indexing_job, trap_error
+from ipu_stack.runtime import emulate_indexing
+from ipu_stack.runtime.emulate_indexing import Trap, trap_error
 from ipu_stack.target import ipu21
 
 STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
@@ -75,8 +75,8 @@ class EmulatedKernels:
         return True
 
     def _unit(self, call: KernelCall, address: Any) -> tuple | None:
-        if isinstance(call, MapCall) and indexing_semantics.handles(call):
-            return indexing_job(call, address)  # runtime/emulate_indexing.py
+        if isinstance(call, MapCall) and emulate_indexing.handles(call):
+            return emulate_indexing.indexing_job(call, address)
         if isinstance(call, GemmCall):
             if call.precision is ipu21.F32:
                 return None

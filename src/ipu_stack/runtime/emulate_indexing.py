@@ -1,10 +1,10 @@
 """``run --kernels emulate`` for the integer, indexing and rearrangement calls.
 
 :func:`indexing_job` maps a :class:`~ipu_stack.low.program.MapCall` the registry's indexing
-semantics handle (``runtime/indexing_semantics.py``) onto its unit of
+semantics handle (``runtime/indexing_semantics.py``), or an F8 cast, onto its unit of
 :mod:`ipu_stack.kernels.units_indexing` when its views have the unit's geometry (row strides
 of the lowering, dtypes the template supports); otherwise None and the call stays modelled
-(F8 casts and equality, more than six concat inputs). :func:`trap_error` turns a gather
+(F8 equality, F8 <-> I32 casts, more than six concat inputs). :func:`trap_error` turns a gather
 kernel's trap into the error the semantics raise.
 """
 
@@ -22,8 +22,9 @@ from ipu_stack.kernels.units_indexing import (
     row_stride,
 )
 from ipu_stack.low.program import MapCall, View
+from ipu_stack.runtime import indexing_semantics
 
-__all__ = ["Trap", "indexing_job", "trap_error"]
+__all__ = ["Trap", "handles", "indexing_job", "trap_error"]
 
 
 def _plain(v: View) -> bool:
@@ -72,6 +73,14 @@ def _name(call: MapCall) -> str | None:
             return None
         if {src.dtype, out.dtype} <= {"f16", "f32", "i32"}:
             return f"cast_{src.dtype}_{out.dtype}_r{out.rows}_c{out.cols}"
+        if {src.dtype, out.dtype} in ({"f8", "f16"}, {"f8", "f32"}):
+            key = "scale_exponent" if out.dtype == "f8" else "source_scale_exponent"
+            other = "source_scale_exponent" if out.dtype == "f8" else "scale_exponent"
+            scale = int(call.attr(key))
+            if int(dict(call.attrs).get(other, 0)) or abs(scale) > 64:
+                return None
+            tag = f"m{-scale}" if scale < 0 else str(scale)
+            return f"cast_{src.dtype}_{out.dtype}_r{out.rows}_c{out.cols}_e{tag}"
         return None
     if kind in ("equal", "where", "add", "mul"):
         if not all(map(_plain, (out, *ins))):
@@ -95,6 +104,14 @@ def _name(call: MapCall) -> str | None:
         if kind in ("add", "mul") and all(v.dtype == "i32" for v in (out, *ins)):
             return f"{kind}_i32_r{r}_c{c}_b{pattern}"
     return None
+
+
+def handles(call: MapCall) -> bool:
+    """Whether this module maps ``call`` (an indexing or i32 kernel, or a cast with an F8
+    side); :func:`indexing_job` may still leave it modelled."""
+    if indexing_semantics.handles(call):
+        return True
+    return call.kind == "cast" and "f8" in (call.out.dtype, *(v.dtype for v in call.inputs))
 
 
 def indexing_job(call: MapCall, address: Any) -> tuple | None:
