@@ -194,3 +194,24 @@ def test_emulated_gather_concat_transpose_and_the_out_of_range_error() -> None:
         _graph_run(ids, True)
     assert str(got_err.value) == str(want_err.value)
     assert "at position (0, 2) holds 40" in str(got_err.value)
+
+
+def test_subword_loads_and_clz(tmp_path) -> None:
+    from ipu_stack.isa import Tile
+
+    src = tmp_path / "t.S"
+    src.write_text(
+        "\n".join([
+            ".section .text.t", ".globl t", ".p2align 3", ".supervisor", "t:",
+            " ldz8 $m0, $m2, $mzero, 3", " lds8 $m1, $m2, $mzero, 3",
+            " ldz16 $m3, $m2, $mzero, 1", " lds16 $m4, $m2, $mzero, 1",
+            " clz $m5, $m3", " clz $m6, $mzero", " trap 2", "",
+        ])
+    )  # fmt: skip
+    tile = Tile(load_unit(src, [], "t"))
+    tile.mem.write(0x50000, bytes([1, 2, 0xFE, 0x80]), 4)
+    with pytest.raises(Trap) as info:
+        tile.call("t", {2: 0x50000, 11: 0x7F000})
+    regs = tile.contexts[-1].m
+    assert (regs[0], regs[1], regs[3], regs[4]) == (0x80, 0xFFFFFF80, 0x80FE, 0xFFFF80FE)
+    assert (regs[5], regs[6], info.value.code) == (16, 32, 2)
