@@ -80,11 +80,13 @@ GATHER_SYMBOL:
  mul $m1, $m1, $m10
  add $m2, $m2, $m1              // output row of the first id
  or $m9, $m10, 0                // column of the first id in the ids view
+ setzi $m7, GATHER_ID_COLS
+ setzi $m11, GATHER_ID_STRIDE
 .Lga_find_row:
- cmpult $m1, $m9, GATHER_ID_COLS
+ cmpult $m1, $m9, $m7
  brnz $m1, .Lga_found
- add $m9, $m9, -GATHER_ID_COLS
- add $m3, $m3, GATHER_ID_STRIDE
+ sub $m9, $m9, $m7
+ add $m3, $m3, $m11
  bri .Lga_find_row
 .Lga_found:
  shl $m1, $m9, 2
