@@ -537,6 +537,221 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
     ),
 ]
 
+# integer, indexing and rearrangement templates (kernels/units_indexing.py)
+TR, GA, CC, SE, AM = "transpose.S", "gather.S", "concat.S", "select.S", "argmax.S"
+MUTANTS += [
+    (
+        TR,
+        "transpose_f16_x10_s7",
+        "staging column step of one worker",
+        "add $m4, $m4, WORKER_CONTEXTS * EB",
+        "add $m4, $m4, EB",
+        0,
+    ),
+    (
+        TR,
+        "transpose_f32_x9_s5_i64_o3",
+        "column offset dropped",
+        "add $m1, $m0, TR_COL",
+        "add $m1, $m0, 0",
+        0,
+    ),
+    (
+        TR,
+        "transpose_f16_x10_s7",
+        "staging stride one element short",
+        "setzi $m5, TR_ISTRIDE / EB",
+        "setzi $m5, TR_ISTRIDE / EB - 1",
+        0,
+    ),
+    (
+        TR,
+        "transpose_f8_x13_s12",
+        "output row skip of one worker",
+        "setzi $m10, (WORKER_CONTEXTS - 1) * TR_OSTRIDE",
+        "setzi $m10, WORKER_CONTEXTS * TR_OSTRIDE",
+        0,
+    ),
+    (
+        GA,
+        "gather_rows_f16_n20_w7_v9_i4x5",
+        "row offset not subtracted",
+        "sub $m0, $m0, $m4",
+        "sub $m0, $m0, $mzero",
+        0,
+    ),
+    (
+        GA,
+        "gather_rows_f16_n20_w7_v9_i4x5",
+        "ids row padding not skipped",
+        "add $m3, $m3, GATHER_ID_STRIDE - 4 * GATHER_ID_COLS",
+        "add $m3, $m3, 0",
+        0,
+    ),
+    (
+        GA,
+        "gather_rows_f32_n13_w8_v5",
+        "block rows bound one short",
+        "cmpult $m1, $m0, GATHER_ROWS",
+        "cmpult $m1, $m0, GATHER_ROWS - 1",
+        0,
+    ),
+    (
+        GA,
+        "gather_rows_f16_n20_w7_v9_i4x5",
+        "partial word not masked",
+        "and $m0, $m0, $m1",
+        "or $m0, $m0, $mzero",
+        0,
+    ),
+    (
+        GA,
+        "gather_rows_f32_n13_w8_v5",
+        "copy loop one word short",
+        "setzi $m7, FULL_WORDS",
+        "setzi $m7, FULL_WORDS - 1",
+        0,
+    ),
+    (
+        CC,
+        "concat_f16_r9_w3x5x1",
+        "input walks two elements",
+        "LOAD_STEP CONCAT_BITS, $m0, $mzero, $m3, 1",
+        "LOAD_STEP CONCAT_BITS, $m0, $mzero, $m3, 2",
+        0,
+    ),
+    (
+        CC,
+        "concat_f32_r13_w5x3",
+        "input row stride of row 0",
+        "mul $m1, $m1, $m10",
+        "mul $m1, $m1, $m0",
+        0,
+    ),
+    (
+        CC,
+        "concat_f8_r7_w3x2x9x1x4x2",
+        "inputs 4 and 5 swapped",
+        "st32 $m7, $m11, $mzero, FRAME_IN + 4",
+        "st32 $m8, $m11, $mzero, FRAME_IN + 4",
+        0,
+    ),
+    (
+        SE,
+        "where_f32_r9_c6",
+        "where picks the wrong side",
+        "brnz $m11, .Lse_keep",
+        "brz $m11, .Lse_keep",
+        0,
+    ),
+    (SE, "equal_f32_r11_c6", "NaN equals itself", "xor $m11, $m11, 1", "or $m11, $mzero, 1", 0),
+    (
+        SE,
+        "mul_i32_r7_c9_bfr",
+        "row vector advances per row",
+        "ROW_POINTER 1, $m4, SEL_IN1_RSTEP",
+        "ROW_POINTER 1, $m4, SEL_IN0_RSTEP",
+        0,
+    ),
+    (
+        SE,
+        "add_i32_r13_c5",
+        "add reads a twice",
+        "LOAD_STEP SEL_IN1_BITS, $m1, $mzero, $m4, SEL_IN1_CSTEP",
+        "LOAD_STEP SEL_IN1_BITS, $m1, $mzero, $m3, SEL_IN1_CSTEP",
+        0,
+    ),
+    (
+        AM,
+        "argmax_f32_r8_c3",
+        "last maximum instead of first",
+        "cmpslt $m1, $m4, $m0",
+        "cmpslt $m1, $m0, $m4",
+        0,
+    ),
+    (
+        AM,
+        "argmax_f16_r9_c5",
+        "negative keys not negated",
+        "sub $m1, $mzero, $m1",
+        "add $m1, $mzero, $m1",
+        0,
+    ),
+    (
+        AM,
+        "argmax_i32_r20_c2",
+        "index of the element after",
+        "sub $m5, $m5, $m7",
+        "sub $m5, $m5, $m7\n add $m5, $m5, 1",
+        0,
+    ),
+]
+CI = "cast_i32.S"
+MUTANTS += [
+    (
+        CI,
+        "cast_i32_f16_r9_c5",
+        "ties rounded up, not to even",
+        "and $m5, $m5, 1",
+        "and $m5, $m5, 0",
+        0,
+    ),
+    (
+        CI,
+        "cast_f32_i32_r9_c7",
+        "saturation exponent one low",
+        ".set SAT_E, 158",
+        ".set SAT_E, 157",
+        0,
+    ),
+    (CI, "cast_f16_i32_r7_c5", "NaN not zeroed", "brnz $m4, .Lci_zero\\@", "nop", 0),
+    (
+        CI,
+        "cast_i32_f32_r11_c6",
+        "exact range one bit short",
+        "cmpult $m1, $m4, MB + 1",
+        "cmpult $m1, $m4, MB",
+        0,
+    ),
+]
+CF = "cast_f8.S"
+MUTANTS += [
+    (
+        CF,
+        "cast_f32_f8_r9_c7",
+        "ties rounded up, not to even",
+        "and $m5, $m5, 1",
+        "and $m5, $m5, 0",
+        0,
+    ),
+    (CF, "cast_f32_f8_r9_c7", "no clip at 240", "cmpult $m1, $m5, $m0", "cmpult $m1, $m0, $m0", 0),
+    (
+        CF,
+        "cast_f16_f8_r7_c6_e3",
+        "scale ignored",
+        ".set SCALE_ADD, -(CF_SCALE)",
+        ".set SCALE_ADD, 0",
+        0,
+    ),
+    (
+        CF,
+        "cast_f8_f16_r9_c29_em6",
+        "subnormal shift one short",
+        "add $m1, $m1, 1\n sub $m1, $m1, $m4",
+        "sub $m1, $m1, $m4",
+        0,
+    ),
+    (
+        CF,
+        "cast_f8_f16_r12_c22",
+        "F8 subnormal exponent one off",
+        "add $m4, $m4, 1 - BIASI - MBI + SCALE_ADD",
+        "add $m4, $m4, 2 - BIASI - MBI + SCALE_ADD",
+        0,
+    ),
+    (CF, "cast_f32_f8_r9_c7", "negative zero kept", "brz $m0, .Lcf_end\\@", "nop", 0),
+]
+
 
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     start = -1
@@ -547,13 +762,15 @@ def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     return text[:start] + new + text[start + len(old) :]
 
 
-def run(out: Path | None) -> dict:
+def run(out: Path | None, only: tuple[str, ...] = ()) -> dict:
     """Run every mutant; return (and write) the results."""
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "templates"
         shutil.copytree(TEMPLATE_DIR, root)
         for template, unit, what, old, new, occurrence in MUTANTS:
+            if only and template not in only:
+                continue
             original = (TEMPLATE_DIR / template).read_text()
             mutant = root / template
             mutant.write_text(_mutate(original, old, new, occurrence))
@@ -582,4 +799,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks/results/kernel_mutations.json"
     )
-    run(parser.parse_args().out)
+    parser.add_argument("--template", action="append", default=[],
+                        help="run only the mutants of this template (repeatable)")  # fmt: skip
+    args = parser.parse_args()
+    run(args.out, tuple(args.template))

@@ -214,6 +214,16 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "accuracy is not public",
         "instruction from Graphcore's public LLVM fork (llvm.colossus.tanh.f32); accuracy assumed",
     ),
+    # -- integer, indexing and rearrangement kernels ---------------------------------------------
+    Assumption(
+        "trap_reports",
+        ("$m0", "$m1"),
+        "trap zimm4 stops the tile with an exception event; the host reads the trapping "
+        "context's $m0 and $m1 (our kernels put the failing position and value there, e.g. "
+        "gather_rows: flat id position and id)",
+        "trap: Tile Vertex ISA 'raise a patched breakpoint exception event' [R]; which "
+        "registers the host reads back (debug interface) assumed",
+    ),
 )
 
 _BY_KEY = {a.key: a for a in ASSUMPTIONS}

@@ -216,8 +216,9 @@ class Tile:
                     raise Fault(f"the emulator does not implement {ins.mnemonic}")
                 op(self, c, ins, effects)
             effects.commit(self)
-        except Fault as err:
-            raise Fault(self._where(bundle, str(err), c)) from None
+        except Fault as err:  # the same class (a Trap keeps its registers), located
+            err.args = (self._where(bundle, str(err), c),)
+            raise
         if c.waiting_sync:
             return
         if c.pc != pc:  # rpt moved it

@@ -400,3 +400,8 @@ OPS: dict[str, Op] = {
 #: instructions that may not appear in a rpt body (facts §16.3 rpt: control and system)
 CONTROL = {"br", "bri", "brz", "brnz", "rpt", "exitz", "sync", "run", "runall", "put", "uput",
            "get", "uget"}  # fmt: skip
+
+# the integer, indexing and rearrangement kernels' instructions (isa/ops_indexing.py)
+from ipu_stack.isa.ops_indexing import OPS as _INDEXING_OPS  # noqa: E402
+
+OPS.update(_INDEXING_OPS)

@@ -100,6 +100,18 @@ _TABLE: dict[str, tuple] = {
     "f8v8hihov4amp": _i(("a2", "a2", "a2", "i"), context=WORKER),
 }  # fmt: skip
 
+# integer, indexing and rearrangement kernels (transpose.S, gather.S, concat.S, select.S,
+# argmax.S, cast_i32.S): Tile Vertex ISA (graphcore/ipu_assembly_support hover pages)
+_TABLE.update({
+    **{op: _i(("m", "m", "m", "mi"), source="Tile Vertex ISA ldz8/lds8/ldz16/lds16")
+       for op in ("ldz8", "lds8", "ldz16", "lds16")},
+    **{f"{op}step": _i(("m", "m", "m+=", "mi"), source="Tile Vertex ISA ldz8step/ldz16step")
+       for op in ("ldz8", "lds8", "ldz16", "lds16")},
+    "st32step": _i(("ma", "m", "m+=", "mi"), source="Tile Vertex ISA st32step"),
+    "trap": _i((("i", 0, 15),), source="Tile Vertex ISA trap zimm4"),
+    "clz": _i(("m", "m"), source="Tile Vertex ISA clz"),
+})  # fmt: skip
+
 INSTRUCTIONS: dict[str, Instruction] = {
     name: Instruction(name, forms, context, source)
     for name, (forms, context, source) in _TABLE.items()

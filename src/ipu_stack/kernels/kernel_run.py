@@ -21,7 +21,9 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.isa import Fault, LoadError, Tile, load_unit
 from ipu_stack.kernels import registry, semantics
+from ipu_stack.kernels.kernel_run_indexing import run_indexing
 from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
+from ipu_stack.kernels.units_indexing import parse_indexing_unit
 from ipu_stack.target import ipu21
 
 STACK_TOP = 0x7F000  # standard region, below the interleaved base
@@ -66,6 +68,11 @@ def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str,
             program = load_unit(src, variant.flags(), name)
             report["source"] = str(src)
             report["entries"] = _run_gemm(program, variant, rng)
+        elif (iunit := parse_indexing_unit(name)) is not None:  # kernels/units_indexing.py
+            src = Path(source) if source else iunit.source
+            program = load_unit(src, iunit.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [run_indexing(program, iunit, rng)]
         else:
             unit = parse_unit(name)
             src = Path(source) if source else unit.source

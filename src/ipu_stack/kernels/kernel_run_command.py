@@ -34,8 +34,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"FAULT {report['fault']}")
         return 1
     for e in report["entries"]:
-        err = e.get("worst_ulp", e.get("worst_relative"))
-        what = "ulp" if "worst_ulp" in e else "relative" if "worst_relative" in e else ""
+        err = e.get("worst_ulp", e.get("worst_relative", e.get("wrong_bytes", 0)))
+        what = "ulp" if "worst_ulp" in e else "relative" if "worst_relative" in e else "bytes"
+        if "error" in e:  # an indexing unit that trapped (kernels/kernel_run_indexing.py)
+            print(f"{e['entry']}: TRAP {e['fault']} -> {e['error']}")
+            continue
         print(
             f"{e['entry']}: max_abs_error={e['max_abs_error']:.3g} worst={err:.3g} {what} "
             f"emulated_cycles={e['emulated_cycles']} modelled_cycles={e['modelled_cycles']} "

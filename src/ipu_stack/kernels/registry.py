@@ -20,6 +20,7 @@ the unit (S == L for a single row count), and G the packed-output column group.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -456,6 +457,18 @@ _INDEXING_KERNELS = tuple(
             (_OUT, _view("source", "$m3", "f16|f32|i32")),
         ),
     )
+)
+
+# device code of the indexing kernels (units: kernels/units_indexing.py)
+_INDEXING_SOURCES = {"gather_rows": "gather.S", "transpose": "transpose.S", "concat": "concat.S",
+                     "argmax": "argmax.S", "equal": "select.S", "where": "select.S",
+                     "add_i32": "select.S", "mul_i32": "select.S",
+                     "cast_i32": "cast_i32.S"}  # fmt: skip
+_INDEXING_KERNELS = tuple(
+    dataclasses.replace(k, status=IMPLEMENTED, source=TEMPLATE_DIR / _INDEXING_SOURCES[k.name])
+    if k.name in _INDEXING_SOURCES
+    else k
+    for k in _INDEXING_KERNELS
 )
 
 GEMM_KERNELS: dict[tuple[str, str, bool], GemmKernelSpec] = {

@@ -22,6 +22,8 @@ from ipu_stack.isa import Memory, Tile, load_unit
 from ipu_stack.kernels import registry
 from ipu_stack.kernels.units import MAX_PARTS, parse_unit
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
+from ipu_stack.runtime import emulate_indexing
+from ipu_stack.runtime.emulate_indexing import Trap, trap_error
 from ipu_stack.target import ipu21
 
 STACK_TOP = ipu21.TILE_MEMORY_END  # frames live above the loader limit, never allocated
@@ -61,7 +63,10 @@ class EmulatedKernels:
         if self._table is not None:
             memory.write(TABLE_ADDRESS, self._table.view(np.uint8), 4)
             self._table = None
-        result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
+        try:
+            result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
+        except Trap as trap:  # a gather id out of range: the semantics' error
+            raise trap_error(call, trap) from None
         tile_mem[-scratch:] = saved
         unit = self.units[name]
         unit["calls"] += 1
@@ -70,6 +75,8 @@ class EmulatedKernels:
         return True
 
     def _unit(self, call: KernelCall, address: Any) -> tuple | None:
+        if isinstance(call, MapCall) and emulate_indexing.handles(call):
+            return emulate_indexing.indexing_job(call, address)
         if isinstance(call, GemmCall):
             if call.precision is ipu21.F32:
                 return None
@@ -149,11 +156,16 @@ class EmulatedKernels:
         """add/mul of an [R, C] operand and a [1, C] row vector (either order)."""
         out = call.out
         eb = ipu21.precision(out.dtype).element_bytes
-        full = [v for v in call.inputs if (v.rows, v.cols) == (out.rows, out.cols)]
-        rows = [v for v in call.inputs if (v.rows, v.cols) == (1, out.cols)]
-        if len(call.inputs) != 2 or len(full) + len(rows) != 2 or not full or not rows:
-            return None  # column broadcast or mixed forms: no device code yet
-        a, b = full[0], rows[-1]
+        if len(call.inputs) != 2:
+            return None
+        x, y = call.inputs
+        shapes = ((x.rows, x.cols), (y.rows, y.cols))
+        if shapes == ((out.rows, out.cols), (1, out.cols)):
+            a, b = x, y
+        elif shapes == ((1, out.cols), (out.rows, out.cols)):
+            a, b = y, x
+        else:  # column broadcast or mixed forms (a [1, 1] scalar of a 1-row output): no code yet
+            return None
         if any(v.dtype != out.dtype for v in (a, b)) or (out.cols * eb) % 8:
             return None
         if a.stride != out.cols * eb or out.stride != out.cols * eb:
