@@ -22,6 +22,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.isa import Fault, LoadError, Tile, load_unit
 from ipu_stack.kernels import registry, semantics
 from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
+from ipu_stack.kernels.units_rowwise import parse_rowwise, run_rowwise
 from ipu_stack.target import ipu21
 
 STACK_TOP = 0x7F000  # standard region, below the interleaved base
@@ -66,6 +67,11 @@ def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str,
             program = load_unit(src, variant.flags(), name)
             report["source"] = str(src)
             report["entries"] = _run_gemm(program, variant, rng)
+        elif (rowwise := parse_rowwise(name)) is not None:  # layer_norm, softmax, reduce_mean
+            src = Path(source) if source else rowwise.source
+            program = load_unit(src, rowwise.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [run_rowwise(program, rowwise, rng, _Placer())]
         else:
             unit = parse_unit(name)
             src = Path(source) if source else unit.source
