@@ -195,3 +195,35 @@ def run_rowwise(program: Any, unit: RowwiseUnit, rng: np.random.Generator,
         "padding_zero": padding_clean, "ok": ok and padding_clean,
         "emulated_cycles": result.cycles, "modelled_cycles": modelled,
     }  # fmt: skip
+
+
+ROWWISE_KINDS = ("layer_norm", "softmax", "reduce_mean")
+
+
+def emulate_job(call: Any, address: Any) -> tuple | None:
+    """``run --kernels emulate``: (unit name, source, flags, entry, registers) of a row-wise
+    MapCall, or None when its operands do not fit a unit (mixed dtypes, odd columns, strides
+    other than the 8-byte padded rows, a scale or bias that is not one row)."""
+    out, ins = call.out, call.inputs
+    x = ins[0]
+    if out.dtype not in ("f16", "f32") or any(v.dtype != out.dtype for v in ins):
+        return None
+    if x.cols % 2 or x.cols < 2 or x.rows != out.rows or x.rows > MAX_ROWS:
+        return None
+    unit = parse_rowwise(f"{call.kind}_{out.dtype}_r{x.rows}_c{x.cols}")
+    assert unit is not None
+    if out.cols != unit.out_cols or x.stride != unit.row_bytes:
+        return None
+    if out.stride != unit.out_row_bytes and out.rows > 1:
+        return None
+    regs = {2: address(out.ref, out.rows * unit.out_row_bytes, 8, f"{call.kind} output"),
+            3: address(x.ref, x.rows * unit.row_bytes, 8, f"{call.kind} input")}  # fmt: skip
+    if call.kind == "layer_norm":
+        if len(ins) != 3 or any((v.rows, v.cols) != (1, x.cols) for v in ins[1:]):
+            return None
+        regs[4] = address(ins[1].ref, unit.cols * unit.element_bytes, 8, "layer_norm scale")
+        regs[5] = address(ins[2].ref, unit.cols * unit.element_bytes, 8, "layer_norm bias")
+        regs[6] = int(np.array(call.attr("epsilon"), np.float32).view(np.uint32))
+    elif len(ins) != 1:
+        return None
+    return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
