@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
@@ -398,12 +398,13 @@ OPS: dict[str, Op] = {
 }  # fmt: skip
 
 # -- row-wise kernels (layer norm, softmax): f32 sub/max and f32 unary functions ------------------
-_VEC.update({
+_VEC_ROWWISE: dict[str, Any] = {
     "f32v2sub": (np.float32, 2, np.subtract),
     "f32sub": (np.float32, 1, np.subtract),
     "f32v2max": (np.float32, 2, np.maximum),
     "f32max": (np.float32, 1, np.maximum),
-})  # fmt: skip
+}  # fmt: skip
+_VEC.update(_VEC_ROWWISE)
 
 
 for _key, _supported in (("f32exp_accuracy", "numpy-f32"), ("f32max_nan", "propagate"),
@@ -416,8 +417,12 @@ def _reciprocal(x: np.ndarray) -> np.ndarray:
     return np.float32(1.0) / x
 
 
-#: f32 functions of one register (assumptions transcendental_accuracy, f32_reciprocal_sqrt)
-_UNARY_F32 = {"f32exp": np.exp, "f32oox": _reciprocal, "f32sqrt": np.sqrt}
+#: f32 functions of one register (assumptions f32exp_accuracy, f32_reciprocal_sqrt_rounding)
+_UNARY_F32: dict[str, Callable[[np.ndarray], Any]] = {
+    "f32exp": np.exp,
+    "f32oox": _reciprocal,
+    "f32sqrt": np.sqrt,
+}
 
 
 def op_f32_unary(t: Tile, c: Context, ins: Instr, e: Effects) -> None:

@@ -24,7 +24,9 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.kernels.registry import ENTRY_PREFIX, TEMPLATE_DIR
 
-_NAME = re.compile(r"^(?P<k>layer_norm|softmax|reduce_mean)_(?P<p>f16|f32)_r(?P<r>\d+)_c(?P<c>\d+)$")
+_NAME = re.compile(
+    r"^(?P<k>layer_norm|softmax|reduce_mean)_(?P<p>f16|f32)_r(?P<r>\d+)_c(?P<c>\d+)$"
+)
 MAX_ROWS = 65530  # the workers divide by 6 exactly below 2**16
 MAX_COLS = 65534  # rpt counts (pairs) fit 16 bits
 DEFAULT_EPSILON = 1e-5
