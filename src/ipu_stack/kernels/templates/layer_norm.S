@@ -4,7 +4,7 @@
 // in f32, in the operation order of the registry's semantics (runtime/sim.py map_semantics;
 // reduce_mean: runtime/elementwise_sim.py), each operation rounded to f32, the output rounded
 // once (kernels/units_rowwise.py restates them). Sums are NumPy's pairwise sums and every
-// division is rounded once (include/rowwise.h), so F32 results are the semantics' own.
+// division is rounded once (rowwise.h), so F32 results are the semantics' own.
 //
 // Written for ipu-stack from the ISA facts in shared/docs/ipu21-facts.md (§16.2, §16.3) and
 // the Tile Vertex ISA instruction list. One compile unit per unit name

@@ -2,7 +2,7 @@
 //   top = max(x) (a fully masked row, top = -inf, uses -FLT_MAX: every exp is 0),
 //   e = exp(x - top), s = pairwise sum(e), y = e * (1 / max(s, 1))
 // in f32, in the order of the registry's semantics (runtime/sim.py _softmax_rows), rounded
-// once to the output dtype. s is NumPy's pairwise sum of the same f32 exps (include/rowwise.h),
+// once to the output dtype. s is NumPy's pairwise sum of the same f32 exps (rowwise.h),
 // so it is the semantics' own; a row that is not fully masked has s >= 1 (its maximum gives
 // exp(0) = 1), and a fully masked one s = 0, which the semantics divide by 1. The division
 // e / s is a multiplication by the f32 reciprocal: within 3 f32 ulp of the semantics' quotient
