@@ -18,8 +18,10 @@
 // ABI (supervisor, like the map kernels): $m2 output [R, C], $m3 x [R, C], $m4 scale [1, C],
 // $m5 bias [1, C] (rows 8-byte aligned, ROW_BYTES apart), $m6 epsilon (f32 bits); reduce_mean:
 // $m2 output [R, 1] (8-byte rows), $m3 x. $m10 return address, $m11 stack (FRAME_BYTES used).
-// Worker w normalises rows w, w + 6, ...: the pairwise sum, the mean, the squared deviations'
-// pairwise sum, the variance, then every element (one division each).
+// From 6 rows, worker w normalises rows w, w + 6, ...: the pairwise sum, the mean, the squared
+// deviations' pairwise sum, the variance, then every element (one division each). Fewer rows
+// (COOP) run in two steps: worker r computes row r's statistics into its scratch, then every
+// worker w normalises element pairs w, w + 6, ... of every row.
 #include "ipu21_tile.h"
 
 #ifndef RW_ROWS
@@ -42,7 +44,7 @@
  .set PAIR_SPLIT, 3            // (4097, 4097)
  .set PAIR_C, 4                // (C, C)
  .set SCRATCH, 48              // bytes: the workers' scratch areas, SCRATCH_BYTES each
- .set SCRATCH_BYTES, 144
+ .set SCRATCH_BYTES, 112
  .set FRAME_BYTES, SCRATCH + WORKER_CONTEXTS * SCRATCH_BYTES
  // a worker's scratch: 64-bit pair slots, then 32-bit words of the pairwise-sum stack
  .set SCR_MEAN, 0
@@ -54,82 +56,20 @@
  .set SCR_CR, 6
  .set SCR_CBH, 7
  .set SCR_CBL, 8
- .set SCR_STACK, 18            // words 18.. (at most 17 levels for C < 2^24)
+ .set SCR_STACK, 18            // words 18..27 (9 levels: C < 2^16)
 
 #include "rowwise.h"
-
- .section .text.RW_SYMBOL,"ax",@progbits
- .globl RW_SYMBOL
- .type RW_SYMBOL,@function
- .p2align 3
- .supervisor
-RW_SYMBOL:
- add $m11, $m11, -FRAME_BYTES
- st32 $m2, $m11, $mzero, FRAME_OUT
- st32 $m3, $m11, $mzero, FRAME_X
- st32 $m4, $m11, $mzero, FRAME_SCALE
- st32 $m5, $m11, $mzero, FRAME_BIAS
- st32 $m6, $m11, $mzero, 2 * PAIR_EPS
- st32 $m6, $m11, $mzero, 2 * PAIR_EPS + 1
- CONSTANT SPLIT_BITS
- st32 $m6, $m11, $mzero, 2 * PAIR_SPLIT
- st32 $m6, $m11, $mzero, 2 * PAIR_SPLIT + 1
- CONSTANT RW_C_BITS
- st32 $m6, $m11, $mzero, 2 * PAIR_C
- st32 $m6, $m11, $mzero, 2 * PAIR_C + 1
- setzi $m6, .Lln_worker
- runall $m6, $m11, 0
- sync SYNC_ZONE_LOCAL
- add $m11, $m11, FRAME_BYTES
- br $m10
- .size RW_SYMBOL, .-RW_SYMBOL
-
- .section .text.ln_worker,"ax",@progbits
- .worker
- .p2align 3
-.Lln_worker:
- get $m0, $WSR
- and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK
- WORKER_ROWS ROWS
- brz $m5, .Lln_idle
- ld32 $m1, $mvertex_base, $mzero, FRAME_X
- ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
- ld32 $m3, $mvertex_base, $mzero, FRAME_SCALE
- ld32 $m4, $mvertex_base, $mzero, FRAME_BIAS
- mul $m6, $m0, SCRATCH_BYTES
- add $m6, $m6, $mvertex_base
- add $m6, $m6, SCRATCH
- mul $m8, $m0, ROW_BYTES       // this worker's first row
- add $m1, $m1, $m8
 #if RW_MEAN_ONLY
- shl $m8, $m0, 3               // output rows of 8 bytes
-#endif
- add $m2, $m2, $m8
- // the divisor C: (C, 1 / C, C high, C low)
- ld64 $a0:1, $mvertex_base, $mzero, PAIR_C
- DIVISOR SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
-.Lln_row:
- // mean = pairwise sum / C
- PW COLS, 0, 0, 1
- FP f32add $a0, $a14, $azero
- .p2align 3
- {
-  ld64 $a12:13, $m6, $mzero, SCR_CR
-  f32add $a1, $a14, $azero
- }
- DIVIDE SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
-#if RW_MEAN_ONLY
- setzi $a1, 0                  // the row's padding is written as zeros
-#if !RW_F32
- FP f32v2tof16 $a0, $a0:1
-#endif
- st64 $a0:1, $m2, $mzero, 0
- add $m2, $m2, WORKER_CONTEXTS * 8
+ .set SPLIT_MODE, 0
 #else
- st64 $a0:1, $m6, $mzero, SCR_MEAN
- // var = pairwise sum of (x - mean)^2 / C
- ld64 $a10:11, $m6, $mzero, SCR_MEAN
- PW COLS, 0, 0, 2
+ .set SPLIT_MODE, COOP
+#endif
+
+ // The statistics of the row at $m1 into the scratch at $m6: the mean (SCR_MEAN) and the
+ // divisor sqrt(var + eps) with its reciprocal and halves (SCR_DB..); reduce_mean: the mean
+ // into $a0 (and $a1). The divisor C must be at SCR_CB...
+ .macro STATS
+ PW COLS, 0, 0, 1              // mean = pairwise sum / C
  FP f32add $a0, $a14, $azero
  .p2align 3
  {
@@ -137,23 +77,35 @@ RW_SYMBOL:
   f32add $a1, $a14, $azero
  }
  DIVIDE SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
- // the divisor sqrt(var + eps)
+#if !RW_MEAN_ONLY
+ st64 $a0:1, $m6, $mzero, SCR_MEAN
+ ld64 $a10:11, $m6, $mzero, SCR_MEAN
+ PW COLS, 0, 0, 2              // var = pairwise sum of (x - mean)^2 / C
+ FP f32add $a0, $a14, $azero
+ .p2align 3
+ {
+  ld64 $a12:13, $m6, $mzero, SCR_CR
+  f32add $a1, $a14, $azero
+ }
+ DIVIDE SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
  ld64 $a12:13, $mvertex_base, $mzero, PAIR_EPS
  FP f32v2add $a0:1, $a0:1, $a12:13
  FP f32sqrt $a0, $a0
  FP f32sqrt $a1, $a1
  DIVISOR SCR_DB, SCR_DR, SCR_DBH, SCR_DBL, PAIR_SPLIT
- // y = (x - mean) / d * scale + bias, one element pair per iteration
- zero $m7                      // x offset (LOADSTEP)
- zero $m9                      // scale, bias and output offset
- setzi $m8, PAIRS
+#endif
+ .endm
+
+ // y = (x - mean) / d * scale + bias for $m8 element pairs, step pairs apart, from x offset
+ // $m7 and scale / bias / output offset $m9 (bytes); the row's statistics at $m6.
+ .macro NORMALIZE step
  .p2align 3
  {
-  rpt $m8, (.Lln_norm_end - .Lln_norm) / 8 - 1
+  rpt $m8, (.Lln_norm_end\@ - .Lln_norm\@) / 8 - 1
   fnop
  }
-.Lln_norm:
- LOADSTEP
+.Lln_norm\@:
+ LOADSTEP \step
  .p2align 3
  {
   ld64 $a0:1, $m6, $mzero, SCR_MEAN
@@ -179,7 +131,7 @@ RW_SYMBOL:
  FP f32v2add $a0:1, $a0:1, $a12:13
  .p2align 3
  {
-  st64step $a0:1, $m2, $m9+=, 1
+  st64step $a0:1, $m2, $m9+=, \step
   fnop
  }
 #else
@@ -199,18 +151,127 @@ RW_SYMBOL:
  FP f32v2tof16 $a8, $a0:1
  .p2align 3
  {
-  st32step $a8, $m2, $m9+=, 1
+  st32step $a8, $m2, $m9+=, \step
   fnop
  }
 #endif
-.Lln_norm_end:
+.Lln_norm_end\@:
 #if !RW_F32 && (RW_COLS % 4)
+ setzi $m9, COLS * EB
  st32 $azero, $m2, $m9, 0      // the row's 4 padding bytes are written as zeros
 #endif
+ .endm
+
+ // the worker's pointers: $m1 x, $m2 output, $m3 scale, $m4 bias
+ .macro POINTERS
+ ld32 $m1, $mvertex_base, $mzero, FRAME_X
+ ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
+ ld32 $m3, $mvertex_base, $mzero, FRAME_SCALE
+ ld32 $m4, $mvertex_base, $mzero, FRAME_BIAS
+ .endm
+
+ .section .text.RW_SYMBOL,"ax",@progbits
+ .globl RW_SYMBOL
+ .type RW_SYMBOL,@function
+ .p2align 3
+ .supervisor
+RW_SYMBOL:
+ add $m11, $m11, -FRAME_BYTES
+ st32 $m2, $m11, $mzero, FRAME_OUT
+ st32 $m3, $m11, $mzero, FRAME_X
+ st32 $m4, $m11, $mzero, FRAME_SCALE
+ st32 $m5, $m11, $mzero, FRAME_BIAS
+ st32 $m6, $m11, $mzero, 2 * PAIR_EPS
+ st32 $m6, $m11, $mzero, 2 * PAIR_EPS + 1
+ CONSTANT SPLIT_BITS
+ st32 $m6, $m11, $mzero, 2 * PAIR_SPLIT
+ st32 $m6, $m11, $mzero, 2 * PAIR_SPLIT + 1
+ CONSTANT RW_C_BITS
+ st32 $m6, $m11, $mzero, 2 * PAIR_C
+ st32 $m6, $m11, $mzero, 2 * PAIR_C + 1
+ .if SPLIT_MODE
+ setzi $m6, .Lln_stats         // row r's statistics by worker r
+ runall $m6, $m11, 0
+ sync SYNC_ZONE_LOCAL
+ setzi $m6, .Lln_split         // every row's elements over all workers
+ .else
+ setzi $m6, .Lln_worker
+ .endif
+ runall $m6, $m11, 0
+ sync SYNC_ZONE_LOCAL
+ add $m11, $m11, FRAME_BYTES
+ br $m10
+ .size RW_SYMBOL, .-RW_SYMBOL
+
+ .section .text.ln_worker,"ax",@progbits
+ .worker
+ .if SPLIT_MODE
+ .p2align 3
+.Lln_stats:
+ PROLOGUE
+ cmpult $m5, $m0, ROWS
+ brz $m5, .Lln_idle
+ ld32 $m1, $mvertex_base, $mzero, FRAME_X
+ mul $m8, $m0, ROW_BYTES       // row w
+ add $m1, $m1, $m8
+ ld64 $a0:1, $mvertex_base, $mzero, PAIR_C
+ DIVISOR SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
+ STATS
+ exitz $mzero
+
+ .p2align 3
+.Lln_split:
+ PROLOGUE
+ WORKER_SHARE $m8, PAIRS       // pairs w, w + 6, ... of every row
+ brz $m8, .Lln_idle
+ POINTERS
+ mul $m10, $m0, 2 * EB         // byte offset of pair w
+ add $m6, $mvertex_base, SCRATCH   // row r's statistics: worker r's scratch
+ setzi $m5, ROWS
+.Lln_split_row:
+ add $m7, $m10, 0
+ add $m9, $m10, 0
+ NORMALIZE WORKER_CONTEXTS
+ add $m1, $m1, ROW_BYTES
+ add $m2, $m2, ROW_BYTES
+ add $m6, $m6, SCRATCH_BYTES
+ add $m5, $m5, -1
+ brnz $m5, .Lln_split_row
+ exitz $mzero
+ .else
+ .p2align 3
+.Lln_worker:
+ PROLOGUE
+ WORKER_SHARE $m5, ROWS        // rows w, w + 6, ...
+ brz $m5, .Lln_idle
+ POINTERS
+ mul $m8, $m0, ROW_BYTES       // this worker's first row
+ add $m1, $m1, $m8
+#if RW_MEAN_ONLY
+ shl $m8, $m0, 3               // output rows of 8 bytes
+#endif
+ add $m2, $m2, $m8
+ ld64 $a0:1, $mvertex_base, $mzero, PAIR_C   // the divisor C
+ DIVISOR SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
+.Lln_row:
+ STATS
+#if RW_MEAN_ONLY
+ setzi $a1, 0                  // the row's padding is written as zeros
+#if !RW_F32
+ FP f32v2tof16 $a0, $a0:1
+#endif
+ st64 $a0:1, $m2, $mzero, 0
+ add $m2, $m2, WORKER_CONTEXTS * 8
+#else
+ zero $m7                      // x offset (LOADSTEP)
+ zero $m9                      // scale, bias and output offset
+ setzi $m8, PAIRS
+ NORMALIZE 1
  add $m2, $m2, WORKER_CONTEXTS * ROW_BYTES
 #endif
  add $m1, $m1, WORKER_CONTEXTS * ROW_BYTES
  add $m5, $m5, -1
  brnz $m5, .Lln_row
+ .endif
 .Lln_idle:
  exitz $mzero

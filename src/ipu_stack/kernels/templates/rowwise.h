@@ -43,18 +43,18 @@
  }
  .endm
 
-// The next element pair of the row ($m1 + $m7) as f32 into $a12:13; $m7 advances one pair.
- .macro LOADSTEP
+// The next element pair of the row ($m1 + $m7) as f32 into $a12:13; $m7 advances step pairs.
+ .macro LOADSTEP step=1
 #if RW_F32
  .p2align 3
  {
-  ld64step $a12:13, $m1, $m7+=, 1
+  ld64step $a12:13, $m1, $m7+=, \step
   fnop
  }
 #else
  .p2align 3
  {
-  ld32step $a8, $m1, $m7+=, 1
+  ld32step $a8, $m1, $m7+=, \step
   fnop
  }
  FP f16v2tof32 $a12:13, $a8
@@ -209,10 +209,24 @@
  or $m6, $m6, (\bits) & 0xfff
  .endm
 
-// Rows of this worker ($m0 = its id) into $m5: (ROWS - w + 5) / 6, exact below 2^16.
- .macro WORKER_ROWS rows
- sub $m5, $mzero, $m0
- add $m5, $m5, \rows + WORKER_CONTEXTS - 1
- mul $m5, $m5, 43691
- shr $m5, $m5, 18
+// Items w, w + 6, ... of n for this worker ($m0 = its id) into reg: (n - w + 5) / 6, exact
+// below 2^16.
+ .macro WORKER_SHARE reg, n
+ sub \reg, $mzero, $m0
+ add \reg, \reg, \n + WORKER_CONTEXTS - 1
+ mul \reg, \reg, 43691
+ shr \reg, \reg, 18
  .endm
+
+// The worker prologue: $m0 its id, $m6 its scratch (frame + SCRATCH + id * SCRATCH_BYTES).
+ .macro PROLOGUE
+ get $m0, $WSR
+ and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK
+ mul $m6, $m0, SCRATCH_BYTES
+ add $m6, $m6, $mvertex_base
+ add $m6, $m6, SCRATCH
+ .endm
+
+// Rows of at most this many rows are shared by all six workers (statistics of row r by
+// worker r, then every row's elements split over the workers); longer ones row by row.
+ .set COOP, RW_ROWS < WORKER_CONTEXTS
