@@ -548,7 +548,7 @@ MUTANTS += [
     (LN, LN16, "epsilon slot", "ld64 $a12:13, $mvertex_base, $mzero, PAIR_EPS", "ld64 $a12:13, $mvertex_base, $mzero, PAIR_C", 0),
     (LN, LN32, "variance sums x, not (x - mean)^2", "PW COLS, 0, 0, 2", "PW COLS, 0, 0, 1", 0),
     (LN, LN32, "scale read from the bias", "ld64 $a12:13, $m3, $m9, 0", "ld64 $a12:13, $m4, $m9, 0", 0),
-    (LN, LN16, "dropped sync before the return", " sync SYNC_ZONE_LOCAL", " nop", 0),
+    (LN, LN16, "dropped sync before the return", " sync SYNC_ZONE_LOCAL", " nop", 1),
     (LN, "reduce_mean_f32_r20_c138", "mean output row stride 4", "add $m2, $m2, WORKER_CONTEXTS * 8", "add $m2, $m2, WORKER_CONTEXTS * 4", 0),
     (RWH, LN32, "pairwise block one group of 8 short", "setzi $m8, (\\n) / 8", "setzi $m8, (\\n) / 8 - 1", 0),
     (RWH, LN32, "divisor low half negated", "FP f32v2sub $a6:7, $a0:1, $a4:5          // bl = b - bh", "FP f32v2sub $a6:7, $a4:5, $a0:1          // bl = b - bh", 0),
@@ -557,6 +557,11 @@ MUTANTS += [
     (SM, SM16, "sum floor -FLT_MAX instead of 1", "FP f32max $a14, $a14, $a13", "FP f32max $a14, $a14, $a12", 0),
     (SM, SM32, "output offset not reset per row", " zero $m9", " add $m9, $m9, 0", 0),
     (SM, SM16, "reciprocal of the wrong register", "FP f32oox $a1, $a14", "FP f32oox $a1, $a13", 0),
+    # fewer than six rows: statistics by worker r, then the elements split over all workers
+    (LN, "layer_norm_f16_r3_c140", "dropped sync between statistics and elements", " sync SYNC_ZONE_LOCAL", " nop", 0),
+    (LN, "layer_norm_f32_r2_c138", "split elements one pair apart", "NORMALIZE WORKER_CONTEXTS", "NORMALIZE 1", 0),
+    (SM, "softmax_f32_r3_c138", "every row uses row 0's statistics", " add $m6, $m6, SCRATCH_BYTES", " add $m6, $m6, 0", 0),
+    (SM, "softmax_f16_r1_c140", "split starts at pair 0 on every worker", " mul $m10, $m0, 2 * EB", " mul $m10, $m0, 0", 0),
 ]  # fmt: skip
 
 

@@ -152,7 +152,7 @@ def compare(unit: RowwiseUnit, got: np.ndarray, want: np.ndarray) -> tuple[float
         np.where(np.isinf(w), w, 0), np.where(np.isinf(g), g, 0)
     )
     finite = np.isfinite(w) & np.isfinite(g)
-    err = np.abs(g - w)[finite]
+    err = np.abs(g[finite] - w[finite])
     if not err.size:
         return 0.0, 0.0, bool(same_special)
     if unit.dtype == "f16":

@@ -18,7 +18,9 @@
 //   RW_SYMBOL     the entry symbol
 // ABI (supervisor, like the map kernels): $m2 output [R, C], $m3 x [R, C] (rows 8-byte aligned,
 // ROW_BYTES apart); $m10 return address, $m11 stack (FRAME_BYTES used).
-// Worker w handles rows w, w + 6, ...: the maximum, the pairwise sum of the exps, the output.
+// From 6 rows, worker w handles rows w, w + 6, ...: the maximum, the pairwise sum of the exps,
+// the output. Fewer rows (COOP): worker r computes row r's top and 1 / s into its scratch, then
+// every worker w writes element pairs w, w + 6, ... of every row.
 #include "ipu21_tile.h"
 
 #ifndef RW_ROWS
@@ -32,11 +34,82 @@
  .set NEG_MAX_BITS, 0xFF7FFFFF // f32 -3.4028235e38
  .set ONE_BITS, 0x3F800000     // f32 1.0
  .set SCRATCH, 16
- .set SCRATCH_BYTES, 80
+ .set SCRATCH_BYTES, 56
  .set FRAME_BYTES, SCRATCH + WORKER_CONTEXTS * SCRATCH_BYTES
- .set SCR_STACK, 0             // words of the pairwise-sum stack
+ .set SCR_TOP, 0               // 64-bit slots: (top, top), (1 / s, 1 / s)
+ .set SCR_RCP, 1
+ .set SCR_STACK, 4             // words 4..13 of the pairwise-sum stack
 
 #include "rowwise.h"
+
+ // The statistics of the row at $m1: top = max(max(x), -FLT_MAX) into $a10:11 and
+ // SCR_TOP, 1 / max(s, 1) into $a0:1 and SCR_RCP, s the pairwise sum of exp(x - top).
+ .macro STATS
+ zero $m7
+ LOADSTEP
+ FP f32v2max $a0:1, $a12:13, $a12:13
+ setzi $m8, PAIRS - 1
+ .p2align 3
+ {
+  rpt $m8, (.Lsm_max_end\@ - .Lsm_max\@) / 8 - 1
+  fnop
+ }
+.Lsm_max\@:
+ LOADSTEP
+ FP f32v2max $a0:1, $a0:1, $a12:13
+.Lsm_max_end\@:
+ .p2align 3
+ {
+  ld64 $a12:13, $mvertex_base, $mzero, PAIR_FLOOR
+  f32max $a0, $a0, $a1
+ }
+ FP f32max $a10, $a0, $a12
+ FP f32max $a11, $a0, $a12
+ st64 $a10:11, $m6, $mzero, SCR_TOP
+ PW COLS, 0, 0, 3
+ .p2align 3
+ {
+  ld64 $a12:13, $mvertex_base, $mzero, PAIR_FLOOR
+  fnop
+ }
+ FP f32max $a14, $a14, $a13
+ FP f32oox $a0, $a14
+ FP f32oox $a1, $a14
+ st64 $a0:1, $m6, $mzero, SCR_RCP
+ .endm
+
+ // y = exp(x - top) * (1 / s) for $m8 element pairs, step pairs apart, from x offset $m7 and
+ // output offset $m9 (bytes); top in $a10:11, 1 / s in $a0:1.
+ .macro OUTPUT step
+ .p2align 3
+ {
+  rpt $m8, (.Lsm_out_end\@ - .Lsm_out\@) / 8 - 1
+  fnop
+ }
+.Lsm_out\@:
+ LOADSTEP \step
+ TRANSFORM 3
+ FP f32v2mul $a12:13, $a12:13, $a0:1
+#if RW_F32
+ .p2align 3
+ {
+  st64step $a12:13, $m2, $m9+=, \step
+  fnop
+ }
+#else
+ FP f32v2tof16 $a8, $a12:13
+ .p2align 3
+ {
+  st32step $a8, $m2, $m9+=, \step
+  fnop
+ }
+#endif
+.Lsm_out_end\@:
+#if !RW_F32 && (RW_COLS % 4)
+ setzi $m9, COLS * EB
+ st32 $azero, $m2, $m9, 0      // the row's 4 padding bytes are written as zeros
+#endif
+ .endm
 
  .section .text.RW_SYMBOL,"ax",@progbits
  .globl RW_SYMBOL
@@ -51,7 +124,14 @@ RW_SYMBOL:
  st32 $m6, $m11, $mzero, 2 * PAIR_FLOOR
  CONSTANT ONE_BITS
  st32 $m6, $m11, $mzero, 2 * PAIR_FLOOR + 1
+ .if COOP
+ setzi $m6, .Lsm_stats         // row r's statistics by worker r
+ runall $m6, $m11, 0
+ sync SYNC_ZONE_LOCAL
+ setzi $m6, .Lsm_split         // every row's elements over all workers
+ .else
  setzi $m6, .Lsm_worker
+ .endif
  runall $m6, $m11, 0
  sync SYNC_ZONE_LOCAL
  add $m11, $m11, FRAME_BYTES
@@ -60,86 +140,61 @@ RW_SYMBOL:
 
  .section .text.sm_worker,"ax",@progbits
  .worker
+ .if COOP
+ .p2align 3
+.Lsm_stats:
+ PROLOGUE
+ cmpult $m5, $m0, ROWS
+ brz $m5, .Lsm_idle
+ ld32 $m1, $mvertex_base, $mzero, FRAME_X
+ mul $m8, $m0, ROW_BYTES       // row w
+ add $m1, $m1, $m8
+ STATS
+ exitz $mzero
+
+ .p2align 3
+.Lsm_split:
+ PROLOGUE
+ WORKER_SHARE $m8, PAIRS       // pairs w, w + 6, ... of every row
+ brz $m8, .Lsm_idle
+ ld32 $m1, $mvertex_base, $mzero, FRAME_X
+ ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
+ mul $m10, $m0, 2 * EB         // byte offset of pair w
+ add $m6, $mvertex_base, SCRATCH   // row r's statistics: worker r's scratch
+ setzi $m5, ROWS
+.Lsm_split_row:
+ ld64 $a10:11, $m6, $mzero, SCR_TOP
+ ld64 $a0:1, $m6, $mzero, SCR_RCP
+ add $m7, $m10, 0
+ add $m9, $m10, 0
+ OUTPUT WORKER_CONTEXTS
+ add $m1, $m1, ROW_BYTES
+ add $m2, $m2, ROW_BYTES
+ add $m6, $m6, SCRATCH_BYTES
+ add $m5, $m5, -1
+ brnz $m5, .Lsm_split_row
+ exitz $mzero
+ .else
  .p2align 3
 .Lsm_worker:
- get $m0, $WSR
- and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK
- WORKER_ROWS ROWS
+ PROLOGUE
+ WORKER_SHARE $m5, ROWS        // rows w, w + 6, ...
  brz $m5, .Lsm_idle
  ld32 $m1, $mvertex_base, $mzero, FRAME_X
  ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
- mul $m6, $m0, SCRATCH_BYTES
- add $m6, $m6, $mvertex_base
- add $m6, $m6, SCRATCH
  mul $m8, $m0, ROW_BYTES       // this worker's first row
  add $m1, $m1, $m8
  add $m2, $m2, $m8
 .Lsm_row:
- // top = max(max(x), -FLT_MAX) into both halves of $a10:11
- zero $m7
- LOADSTEP
- FP f32v2max $a0:1, $a12:13, $a12:13
- setzi $m8, PAIRS - 1
- .p2align 3
- {
-  rpt $m8, (.Lsm_max_end - .Lsm_max) / 8 - 1
-  fnop
- }
-.Lsm_max:
- LOADSTEP
- FP f32v2max $a0:1, $a0:1, $a12:13
-.Lsm_max_end:
- .p2align 3
- {
-  ld64 $a12:13, $mvertex_base, $mzero, PAIR_FLOOR
-  f32max $a0, $a0, $a1
- }
- FP f32max $a10, $a0, $a12
- FP f32max $a11, $a0, $a12
- // s = pairwise sum of exp(x - top); $a0:1 = 1 / max(s, 1)
- PW COLS, 0, 0, 3
- .p2align 3
- {
-  ld64 $a12:13, $mvertex_base, $mzero, PAIR_FLOOR
-  fnop
- }
- FP f32max $a14, $a14, $a13
- FP f32oox $a0, $a14
- FP f32oox $a1, $a14
- // y = exp(x - top) * (1 / s), one element pair per iteration
+ STATS
  zero $m7
  zero $m9
  setzi $m8, PAIRS
- .p2align 3
- {
-  rpt $m8, (.Lsm_out_end - .Lsm_out) / 8 - 1
-  fnop
- }
-.Lsm_out:
- LOADSTEP
- TRANSFORM 3
- FP f32v2mul $a12:13, $a12:13, $a0:1
-#if RW_F32
- .p2align 3
- {
-  st64step $a12:13, $m2, $m9+=, 1
-  fnop
- }
-#else
- FP f32v2tof16 $a8, $a12:13
- .p2align 3
- {
-  st32step $a8, $m2, $m9+=, 1
-  fnop
- }
-#endif
-.Lsm_out_end:
-#if !RW_F32 && (RW_COLS % 4)
- st32 $azero, $m2, $m9, 0      // the row's 4 padding bytes are written as zeros
-#endif
+ OUTPUT 1
  add $m1, $m1, WORKER_CONTEXTS * ROW_BYTES
  add $m2, $m2, WORKER_CONTEXTS * ROW_BYTES
  add $m5, $m5, -1
  brnz $m5, .Lsm_row
+ .endif
 .Lsm_idle:
  exitz $mzero
