@@ -96,3 +96,21 @@ def test_emulated_run_matches_semantic_run():
         assert any(u.startswith(kind) for u in units), units
     for name, want in plain.outputs.items():
         np.testing.assert_array_equal(emulated.outputs[name], want)
+
+
+def test_one_row_times_its_mean_is_not_taken_for_a_row_broadcast():
+    """[1, C] x [1, 1] (RMSNorm-like, one row per tile): the row-broadcast unit must not take
+    the [1, C] operand for both sides (it did: llama_block's emulated output was wrong)."""
+    g = ComputeGraph()
+    x = g.host_input("x", (4, 32), "f32")
+    g.set_outputs(g.mul(x, g.reduce_mean(x)))
+    built = build(g, BuildConfig(tiles=4))
+    feeds = {"x": np.random.default_rng(1).uniform(-1, 1, (4, 32)).astype(np.float32)}
+    plain = SimDevice().run(built.program, built.placement, built.schedules, feeds)
+    device = SimDevice()
+    device.kernels = EmulatedKernels()
+    emulated = device.run(built.program, built.placement, built.schedules, feeds)
+    units = device.kernels.report()["emulated_units"]
+    assert any(u.startswith("reduce_mean_f32_r1") for u in units), units
+    for name, want in plain.outputs.items():
+        np.testing.assert_array_equal(emulated.outputs[name], want)

@@ -158,6 +158,8 @@ class EmulatedKernels:
         rows = [v for v in call.inputs if (v.rows, v.cols) == (1, out.cols)]
         if len(call.inputs) != 2 or len(full) + len(rows) != 2 or not full or not rows:
             return None  # column broadcast or mixed forms: no device code yet
+        if any(v.cols != out.cols for v in call.inputs):  # [1, C] x [1, 1] counted [1, C] twice
+            return None
         a, b = full[0], rows[-1]
         if any(v.dtype != out.dtype for v in (a, b)) or (out.cols * eb) % 8:
             return None
