@@ -64,12 +64,23 @@
 #else
  .set SPLIT_MODE, COOP
 #endif
+ .set PARALLEL_SUMS, COLS > 128   // split mode: more than one pairwise block per row
 
  // The statistics of the row at $m1 into the scratch at $m6: the mean (SCR_MEAN) and the
  // divisor sqrt(var + eps) with its reciprocal and halves (SCR_DB..); reduce_mean: the mean
  // into $a0 (and $a1). The divisor C must be at SCR_CB...
  .macro STATS
  PW COLS, 0, 0, 1              // mean = pairwise sum / C
+ MEAN_OF_SUM
+#if !RW_MEAN_ONLY
+ ld64 $a10:11, $m6, $mzero, SCR_MEAN
+ PW COLS, 0, 0, 2              // var = pairwise sum of (x - mean)^2 / C
+ DIVISOR_OF_SUM
+#endif
+ .endm
+
+ // the mean from the pairwise sum in $a14 into $a0:1 (and SCR_MEAN unless reduce_mean)
+ .macro MEAN_OF_SUM
  FP f32add $a0, $a14, $azero
  .p2align 3
  {
@@ -79,8 +90,11 @@
  DIVIDE SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
 #if !RW_MEAN_ONLY
  st64 $a0:1, $m6, $mzero, SCR_MEAN
- ld64 $a10:11, $m6, $mzero, SCR_MEAN
- PW COLS, 0, 0, 2              // var = pairwise sum of (x - mean)^2 / C
+#endif
+ .endm
+
+ // the divisor sqrt(sum / C + eps) from the pairwise sum in $a14 into SCR_DB..
+ .macro DIVISOR_OF_SUM
  FP f32add $a0, $a14, $azero
  .p2align 3
  {
@@ -93,7 +107,41 @@
  FP f32sqrt $a0, $a0
  FP f32sqrt $a1, $a1
  DIVISOR SCR_DB, SCR_DR, SCR_DBH, SCR_DBL, PAIR_SPLIT
-#endif
+ .endm
+
+ // Every row's pairwise blocks, split over the workers, into the table at the row's output
+ // (pass 1 x, pass 2 (x - mean)^2 with row r's mean in worker r's scratch).
+ .macro ROW_BLOCKS pass
+ PROLOGUE
+ ld32 $m1, $mvertex_base, $mzero, FRAME_X
+ ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
+ add $m6, $mvertex_base, SCRATCH   // row r's statistics: worker r's scratch
+ zero $m9                      // the block number modulo 6
+ setzi $m5, ROWS
+.Lln_blocks_row\@:
+ .if \pass == 2
+ ld64 $a10:11, $m6, $mzero, SCR_MEAN
+ .endif
+ .set rw_leaf, 0
+ BLOCKS COLS, 0, \pass
+ add $m1, $m1, ROW_BYTES
+ add $m2, $m2, ROW_BYTES
+ add $m6, $m6, SCRATCH_BYTES
+ add $m5, $m5, -1
+ brnz $m5, .Lln_blocks_row\@
+ exitz $mzero
+ .endm
+
+ // Worker r < ROWS: the pairwise sum of row r from its blocks' table (at the row's output).
+ .macro ROW_SUM
+ PROLOGUE
+ cmpult $m5, $m0, ROWS
+ brz $m5, .Lln_idle
+ ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
+ mul $m8, $m0, ROW_BYTES       // row w
+ add $m2, $m2, $m8
+ .set rw_leaf, 0
+ PW COLS, 0, 0, 4
  .endm
 
  // y = (x - mean) / d * scale + bias for $m8 element pairs, step pairs apart, from x offset
@@ -190,9 +238,17 @@ RW_SYMBOL:
  st32 $m6, $m11, $mzero, 2 * PAIR_C
  st32 $m6, $m11, $mzero, 2 * PAIR_C + 1
  .if SPLIT_MODE
+ .if PARALLEL_SUMS
+ .irp step, .Lln_blocks1, .Lln_mean, .Lln_blocks2, .Lln_var
+ setzi $m6, \step             // blocks over all workers, then row r's sums by worker r
+ runall $m6, $m11, 0
+ sync SYNC_ZONE_LOCAL
+ .endr
+ .else
  setzi $m6, .Lln_stats         // row r's statistics by worker r
  runall $m6, $m11, 0
  sync SYNC_ZONE_LOCAL
+ .endif
  setzi $m6, .Lln_split         // every row's elements over all workers
  .else
  setzi $m6, .Lln_worker
@@ -206,6 +262,26 @@ RW_SYMBOL:
  .section .text.ln_worker,"ax",@progbits
  .worker
  .if SPLIT_MODE
+ .if PARALLEL_SUMS
+ .p2align 3
+.Lln_blocks1:
+ ROW_BLOCKS 1
+ .p2align 3
+.Lln_mean:
+ ROW_SUM
+ ld64 $a0:1, $mvertex_base, $mzero, PAIR_C   // the divisor C, kept for .Lln_var
+ DIVISOR SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
+ MEAN_OF_SUM
+ exitz $mzero
+ .p2align 3
+.Lln_blocks2:
+ ROW_BLOCKS 2
+ .p2align 3
+.Lln_var:
+ ROW_SUM
+ DIVISOR_OF_SUM
+ exitz $mzero
+ .else
  .p2align 3
 .Lln_stats:
  PROLOGUE
@@ -219,6 +295,7 @@ RW_SYMBOL:
  STATS
  exitz $mzero
 
+ .endif
  .p2align 3
 .Lln_split:
  PROLOGUE

@@ -124,9 +124,15 @@
  .endm
 
 // NumPy's pairwise sum of n elements from element off into $a14 (lvl: depth, a scratch word).
+// pass 4 takes each block's sum from word rw_leaf (the block's number) of the table at $m2.
  .macro PW n, off, lvl, pass
  .if (\n) <= 128
+ .if \pass == 4
+ ld32 $a14, $m2, $mzero, rw_leaf
+ .set rw_leaf, rw_leaf + 1
+ .else
  LEAF \n, \off, \pass
+ .endif
  .else
  .set rw_h\@, (\n) / 2 - ((\n) / 2) % 8
  .set rw_r\@, (\n) - rw_h\@
@@ -136,6 +142,29 @@
  PW rw_r\@, rw_o\@, \lvl + 1, \pass
  ld32 $a12, $m6, $mzero, SCR_STACK + \lvl
  FP f32add $a14, $a12, $a14
+ .endif
+ .endm
+
+// The pairwise blocks of n elements from element off, numbered from rw_leaf in row order:
+// the blocks whose number (counted modulo 6 in $m9 from the row's first) is this worker's
+// ($m0) are summed (pass as in LEAF) into word rw_leaf of the table at $m2.
+ .macro BLOCKS n, off, pass
+ .if (\n) <= 128
+ cmpeq $m10, $m9, $m0
+ brz $m10, .Lrw_other\@
+ LEAF \n, \off, \pass
+ st32 $a14, $m2, $mzero, rw_leaf
+.Lrw_other\@:
+ add $m9, $m9, 1
+ cmpeq $m10, $m9, WORKER_CONTEXTS
+ brz $m10, .Lrw_next\@
+ zero $m9
+.Lrw_next\@:
+ .set rw_leaf, rw_leaf + 1
+ .else
+ .set rw_h\@, (\n) / 2 - ((\n) / 2) % 8
+ BLOCKS rw_h\@, \off, \pass
+ BLOCKS (\n) - rw_h\@, (\off) + rw_h\@, \pass
  .endif
  .endm
 
