@@ -564,7 +564,10 @@ MUTANTS += [
     (LN, "layer_norm_f16_r3_c302", "block tables of all rows at row 0", " add $m2, $m2, ROW_BYTES", " add $m2, $m2, 0", 0),
     (LN, "layer_norm_f32_r2_c138", "split elements one pair apart", "NORMALIZE WORKER_CONTEXTS", "NORMALIZE 1", 0),
     (SM, "softmax_f32_r3_c138", "every row uses row 0's statistics", " add $m6, $m6, SCRATCH_BYTES", " add $m6, $m6, 0", 0),
-    (SM, "softmax_f16_r1_c140", "split starts at pair 0 on every worker", " mul $m10, $m0, 2 * EB", " mul $m10, $m0, 0", 0),
+    (SM, "softmax_f16_r1_c300", "split starts at pair 0 on every worker", " mul $m10, $m0, 2 * EB", " mul $m10, $m0, 0", 1),
+    (SM, "softmax_f32_r3_c270", "partial maxima start at pair 0", " mul $m10, $m0, 2 * EB", " mul $m10, $m0, 0", 0),
+    (SM, "softmax_f16_r2_c300", "top from five partial maxima", " .rept WORKER_CONTEXTS", " .rept WORKER_CONTEXTS - 1", 0),
+    (SM, "softmax_f32_r3_c270", "partial maxima of all rows in one word", " shl $m9, $m5, 2", " shl $m9, $m5, 0", 0),
 ]  # fmt: skip
 
 

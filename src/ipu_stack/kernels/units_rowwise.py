@@ -125,13 +125,19 @@ def parse_rowwise(name: str) -> RowwiseUnit | None:
 
 
 def random_operands(unit: RowwiseUnit, rng: np.random.Generator) -> list[np.ndarray]:
-    """Seeded operands: x [R, C] (softmax: some -inf entries and, from 3 rows, one fully
-    masked row), then scale and bias [1, C] for layer norm."""
+    """Seeded operands: x [R, C] (softmax: some -inf entries, in every fourth row one 100
+    among values in [-6, 6], whose exps then underflow but whose sum is exactly 1, and from
+    3 rows one fully masked row), then scale and bias [1, C] for layer norm."""
     dt = unit.numpy_dtype
     shape = (unit.rows, unit.cols)
     if unit.kind == "softmax":
         x = rng.uniform(-6, 6, shape).astype(np.float32)
         x[rng.random(shape) < 0.05] = -np.inf
+        pairs = unit.cols // 2
+        for r in range(0, unit.rows, 4):  # a maximum that matters: missing it overflows exp
+            k = int(rng.integers(0, max(1, (pairs - 5 + r % 6) // 6)))
+            pair = min(pairs - 1, 6 * k + 5 - r % 6)  # in a different worker's share per row
+            x[r, 2 * pair + int(rng.integers(0, 2))] = 100.0
         if unit.rows >= 3:
             x[1] = -np.inf
         return [x.astype(dt)]

@@ -64,7 +64,6 @@
 #else
  .set SPLIT_MODE, COOP
 #endif
- .set PARALLEL_SUMS, COLS > 128   // split mode: more than one pairwise block per row
 
  // The statistics of the row at $m1 into the scratch at $m6: the mean (SCR_MEAN) and the
  // divisor sqrt(var + eps) with its reciprocal and halves (SCR_DB..); reduce_mean: the mean
@@ -107,41 +106,6 @@
  FP f32sqrt $a0, $a0
  FP f32sqrt $a1, $a1
  DIVISOR SCR_DB, SCR_DR, SCR_DBH, SCR_DBL, PAIR_SPLIT
- .endm
-
- // Every row's pairwise blocks, split over the workers, into the table at the row's output
- // (pass 1 x, pass 2 (x - mean)^2 with row r's mean in worker r's scratch).
- .macro ROW_BLOCKS pass
- PROLOGUE
- ld32 $m1, $mvertex_base, $mzero, FRAME_X
- ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
- add $m6, $mvertex_base, SCRATCH   // row r's statistics: worker r's scratch
- zero $m9                      // the block number modulo 6
- setzi $m5, ROWS
-.Lln_blocks_row\@:
- .if \pass == 2
- ld64 $a10:11, $m6, $mzero, SCR_MEAN
- .endif
- .set rw_leaf, 0
- BLOCKS COLS, 0, \pass
- add $m1, $m1, ROW_BYTES
- add $m2, $m2, ROW_BYTES
- add $m6, $m6, SCRATCH_BYTES
- add $m5, $m5, -1
- brnz $m5, .Lln_blocks_row\@
- exitz $mzero
- .endm
-
- // Worker r < ROWS: the pairwise sum of row r from its blocks' table (at the row's output).
- .macro ROW_SUM
- PROLOGUE
- cmpult $m5, $m0, ROWS
- brz $m5, .Lln_idle
- ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
- mul $m8, $m0, ROW_BYTES       // row w
- add $m2, $m2, $m8
- .set rw_leaf, 0
- PW COLS, 0, 0, 4
  .endm
 
  // y = (x - mean) / d * scale + bias for $m8 element pairs, step pairs apart, from x offset
@@ -265,20 +229,20 @@ RW_SYMBOL:
  .if PARALLEL_SUMS
  .p2align 3
 .Lln_blocks1:
- ROW_BLOCKS 1
+ ROW_BLOCKS 1, 0
  .p2align 3
 .Lln_mean:
- ROW_SUM
+ ROW_SUM .Lln_idle
  ld64 $a0:1, $mvertex_base, $mzero, PAIR_C   // the divisor C, kept for .Lln_var
  DIVISOR SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
  MEAN_OF_SUM
  exitz $mzero
  .p2align 3
 .Lln_blocks2:
- ROW_BLOCKS 2
+ ROW_BLOCKS 2, SCR_MEAN
  .p2align 3
 .Lln_var:
- ROW_SUM
+ ROW_SUM .Lln_idle
  DIVISOR_OF_SUM
  exitz $mzero
  .else

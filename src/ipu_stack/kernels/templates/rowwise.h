@@ -168,6 +168,43 @@
  .endif
  .endm
 
+// A worker entry: every row's pairwise blocks, split over the workers, into the table at the
+// row's output (pass as in LEAF; passes 2 and 3 take $a10:11 from pair slot const of row r's
+// statistics, worker r's scratch). Frame words FRAME_X, FRAME_OUT hold the rows.
+ .macro ROW_BLOCKS pass, const
+ PROLOGUE
+ ld32 $m1, $mvertex_base, $mzero, FRAME_X
+ ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
+ add $m6, $mvertex_base, SCRATCH   // row r's statistics: worker r's scratch
+ zero $m9                      // the block number modulo 6
+ setzi $m5, ROWS
+.Lrw_blocks_row\@:
+ .if \pass != 1
+ ld64 $a10:11, $m6, $mzero, \const
+ .endif
+ .set rw_leaf, 0
+ BLOCKS COLS, 0, \pass
+ add $m1, $m1, ROW_BYTES
+ add $m2, $m2, ROW_BYTES
+ add $m6, $m6, SCRATCH_BYTES
+ add $m5, $m5, -1
+ brnz $m5, .Lrw_blocks_row\@
+ exitz $mzero
+ .endm
+
+// A worker entry's start: worker r < ROWS (others go to idle) sums row r from its blocks'
+// table (at the row's output) in NumPy's pairwise order into $a14.
+ .macro ROW_SUM idle
+ PROLOGUE
+ cmpult $m5, $m0, ROWS
+ brz $m5, \idle
+ ld32 $m2, $mvertex_base, $mzero, FRAME_OUT
+ mul $m8, $m0, ROW_BYTES       // row w
+ add $m2, $m2, $m8
+ .set rw_leaf, 0
+ PW COLS, 0, 0, 4
+ .endm
+
 // $a0:1 <- $a0:1 / b, rounded once (see the header), with b, 1/b, b's high and low 12-bit
 // halves as f32 pairs at scratch pair slots sb, sr, sbh, sbl; the 4097 pair at $m13 + sp.
 // $a12:13 must hold 1/b on entry. Uses $a2..$a13.
@@ -259,3 +296,4 @@
 // Rows of at most this many rows are shared by all six workers (statistics of row r by
 // worker r, then every row's elements split over the workers); longer ones row by row.
  .set COOP, RW_ROWS < WORKER_CONTEXTS
+ .set PARALLEL_SUMS, RW_COLS > 128   // COOP: more than one pairwise block per row

@@ -34,11 +34,12 @@
  .set NEG_MAX_BITS, 0xFF7FFFFF // f32 -3.4028235e38
  .set ONE_BITS, 0x3F800000     // f32 1.0
  .set SCRATCH, 16
- .set SCRATCH_BYTES, 56
+ .set SCRATCH_BYTES, 80
  .set FRAME_BYTES, SCRATCH + WORKER_CONTEXTS * SCRATCH_BYTES
  .set SCR_TOP, 0               // 64-bit slots: (top, top), (1 / s, 1 / s)
  .set SCR_RCP, 1
  .set SCR_STACK, 4             // words 4..13 of the pairwise-sum stack
+ .set SCR_PMAX, 14             // words 14..18: the worker's partial maxima of rows 0..4
 
 #include "rowwise.h"
 
@@ -67,6 +68,11 @@
  FP f32max $a11, $a0, $a12
  st64 $a10:11, $m6, $mzero, SCR_TOP
  PW COLS, 0, 0, 3
+ RECIPROCAL
+ .endm
+
+ // 1 / max(s, 1) from the sum s in $a14 into $a0:1 and SCR_RCP
+ .macro RECIPROCAL
  .p2align 3
  {
   ld64 $a12:13, $mvertex_base, $mzero, PAIR_FLOOR
@@ -125,9 +131,17 @@ RW_SYMBOL:
  CONSTANT ONE_BITS
  st32 $m6, $m11, $mzero, 2 * PAIR_FLOOR + 1
  .if COOP
+ .if PARALLEL_SUMS
+ .irp step, .Lsm_pmax, .Lsm_top, .Lsm_blocks, .Lsm_sum
+ setzi $m6, \step             // maxima and blocks over all workers, then row r's by worker r
+ runall $m6, $m11, 0
+ sync SYNC_ZONE_LOCAL
+ .endr
+ .else
  setzi $m6, .Lsm_stats         // row r's statistics by worker r
  runall $m6, $m11, 0
  sync SYNC_ZONE_LOCAL
+ .endif
  setzi $m6, .Lsm_split         // every row's elements over all workers
  .else
  setzi $m6, .Lsm_worker
@@ -141,6 +155,69 @@ RW_SYMBOL:
  .section .text.sm_worker,"ax",@progbits
  .worker
  .if COOP
+ .if PARALLEL_SUMS
+ .p2align 3
+.Lsm_pmax:                     // the maximum of pairs w, w + 6, ... of each row: SCR_PMAX + r
+ PROLOGUE
+ ld32 $m1, $mvertex_base, $mzero, FRAME_X
+ WORKER_SHARE $m8, PAIRS
+ mul $m10, $m0, 2 * EB         // byte offset of pair w
+ setzi $m5, 0
+.Lsm_pmax_row:
+ ld64 $a0:1, $mvertex_base, $mzero, PAIR_FLOOR   // no pair: -FLT_MAX
+ brz $m8, .Lsm_pmax_store
+ add $m7, $m10, 0
+ LOADSTEP WORKER_CONTEXTS
+ FP f32v2max $a0:1, $a12:13, $a12:13
+ add $m9, $m8, -1
+ .p2align 3
+ {
+  rpt $m9, (.Lsm_pmax_end - .Lsm_pmax_loop) / 8 - 1
+  fnop
+ }
+.Lsm_pmax_loop:
+ LOADSTEP WORKER_CONTEXTS
+ FP f32v2max $a0:1, $a0:1, $a12:13
+.Lsm_pmax_end:
+ FP f32max $a0, $a0, $a1
+.Lsm_pmax_store:
+ shl $m9, $m5, 2
+ add $m9, $m9, 4 * SCR_PMAX
+ st32 $a0, $m6, $m9, 0
+ add $m1, $m1, ROW_BYTES
+ add $m5, $m5, 1
+ cmpult $m9, $m5, ROWS
+ brnz $m9, .Lsm_pmax_row
+ exitz $mzero
+
+ .p2align 3
+.Lsm_top:                      // worker r: row r's top from the six partial maxima
+ PROLOGUE
+ cmpult $m5, $m0, ROWS
+ brz $m5, .Lsm_idle
+ ld64 $a10:11, $mvertex_base, $mzero, PAIR_FLOOR
+ shl $m9, $m0, 2
+ add $m9, $m9, $mvertex_base
+ add $m9, $m9, SCRATCH + 4 * SCR_PMAX   // word r of worker 0's partial maxima
+ .rept WORKER_CONTEXTS
+ ld32 $a0, $m9, $mzero, 0
+ FP f32max $a10, $a10, $a0
+ add $m9, $m9, SCRATCH_BYTES
+ .endr
+ FP f32max $a11, $a10, $a10
+ st64 $a10:11, $m6, $mzero, SCR_TOP
+ exitz $mzero
+
+ .p2align 3
+.Lsm_blocks:
+ ROW_BLOCKS 3, SCR_TOP
+
+ .p2align 3
+.Lsm_sum:
+ ROW_SUM .Lsm_idle
+ RECIPROCAL
+ exitz $mzero
+ .else
  .p2align 3
 .Lsm_stats:
  PROLOGUE
@@ -152,6 +229,7 @@ RW_SYMBOL:
  STATS
  exitz $mzero
 
+ .endif
  .p2align 3
 .Lsm_split:
  PROLOGUE
