@@ -1,7 +1,8 @@
 """``kernel-run``: run one kernel unit's device code on the ISA emulator and check it.
 
-The unit (a GEMM name of :func:`ipu_stack.kernels.registry.parse_gemm_variant` or an
-elementwise name of :func:`ipu_stack.kernels.units.parse_unit`) is specialised from its
+The unit (a GEMM name of :func:`ipu_stack.kernels.registry.parse_gemm_variant`, a row-wise
+name of :func:`ipu_stack.kernels.units_rowwise.parse_rowwise` or an elementwise name of
+:func:`ipu_stack.kernels.units.parse_unit`) is specialised from its
 template (or ``source``), its operands are random (seeded) at addresses that satisfy the
 registry ABI (regions, alignment, left and output in distinct memory elements), every entry
 runs on :class:`ipu_stack.isa.Tile`, and the result is compared with the registry's NumPy
