@@ -220,10 +220,9 @@ def emulate_job(call: Any, address: Any) -> tuple | None:
         return None
     unit = parse_rowwise(f"{call.kind}_{out.dtype}_r{x.rows}_c{x.cols}")
     assert unit is not None
-    if out.cols != unit.out_cols or x.stride != unit.row_bytes:
-        return None
-    if out.stride != unit.out_row_bytes and out.rows > 1:
-        return None
+    strided = x.stride != unit.row_bytes or out.stride != unit.out_row_bytes
+    if out.cols != unit.out_cols or (x.rows > 1 and strided):
+        return None  # (one row: any stride)
     regs = {2: address(out.ref, out.rows * unit.out_row_bytes, 8, f"{call.kind} output"),
             3: address(x.ref, x.rows * unit.row_bytes, 8, f"{call.kind} input")}  # fmt: skip
     if call.kind == "layer_norm":
