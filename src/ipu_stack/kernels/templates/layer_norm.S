@@ -20,8 +20,10 @@
 // $m2 output [R, 1] (8-byte rows), $m3 x. $m10 return address, $m11 stack (FRAME_BYTES used).
 // From 6 rows, worker w normalises rows w, w + 6, ...: the pairwise sum, the mean, the squared
 // deviations' pairwise sum, the variance, then every element (one division each). Fewer rows
-// (COOP) run in two steps: worker r computes row r's statistics into its scratch, then every
-// worker w normalises element pairs w, w + 6, ... of every row.
+// (COOP) run in steps: worker r computes row r's statistics into its scratch (with more than
+// 128 columns the pairwise blocks of every row are first summed by all workers into a table
+// at the row's output, ROW_BLOCKS, and worker r combines them, ROW_SUM), then every worker w
+// normalises element pairs w, w + 6, ... of every row. The output is written last.
 #include "ipu21_tile.h"
 
 #ifndef RW_ROWS

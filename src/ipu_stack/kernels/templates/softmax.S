@@ -19,8 +19,10 @@
 // ABI (supervisor, like the map kernels): $m2 output [R, C], $m3 x [R, C] (rows 8-byte aligned,
 // ROW_BYTES apart); $m10 return address, $m11 stack (FRAME_BYTES used).
 // From 6 rows, worker w handles rows w, w + 6, ...: the maximum, the pairwise sum of the exps,
-// the output. Fewer rows (COOP): worker r computes row r's top and 1 / s into its scratch, then
-// every worker w writes element pairs w, w + 6, ... of every row.
+// the output. Fewer rows (COOP): worker r computes row r's top and 1 / s into its scratch (with
+// more than 128 columns from partial maxima of every worker and pairwise blocks summed by all
+// workers into a table at the row's output), then every worker w writes element pairs
+// w, w + 6, ... of every row.
 #include "ipu21_tile.h"
 
 #ifndef RW_ROWS
