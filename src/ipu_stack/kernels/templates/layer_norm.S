@@ -80,6 +80,15 @@
 #endif
  .endm
 
+ // $a0:1 / C rounded once ($a12:13 = 1 / C): a power of two C scales exactly
+ .macro DIVIDE_BY_C
+ .if COLS & (COLS - 1)
+ DIVIDE SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
+ .else
+ FP f32v2mul $a0:1, $a0:1, $a12:13
+ .endif
+ .endm
+
  // the mean from the pairwise sum in $a14 into $a0:1 (and SCR_MEAN unless reduce_mean)
  .macro MEAN_OF_SUM
  FP f32add $a0, $a14, $azero
@@ -88,7 +97,7 @@
   ld64 $a12:13, $m6, $mzero, SCR_CR
   f32add $a1, $a14, $azero
  }
- DIVIDE SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
+ DIVIDE_BY_C
 #if !RW_MEAN_ONLY
  st64 $a0:1, $m6, $mzero, SCR_MEAN
 #endif
@@ -102,7 +111,7 @@
   ld64 $a12:13, $m6, $mzero, SCR_CR
   f32add $a1, $a14, $azero
  }
- DIVIDE SCR_CB, SCR_CR, SCR_CBH, SCR_CBL, PAIR_SPLIT
+ DIVIDE_BY_C
  ld64 $a12:13, $mvertex_base, $mzero, PAIR_EPS
  FP f32v2add $a0:1, $a0:1, $a12:13
  FP f32sqrt $a0, $a0
