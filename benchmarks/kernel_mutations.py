@@ -751,6 +751,45 @@ MUTANTS += [
     ),
     (CF, "cast_f32_f8_r9_c7", "negative zero kept", "brz $m0, .Lcf_end\\@", "nop", 0),
 ]
+# Row-wise kernels (layer_norm.S, softmax.S and their shared macros rowwise.h): units whose
+# workers have 3 or 4 rows and whose rows split into pairwise blocks with a remainder.
+LN, SM, RWH = "layer_norm.S", "softmax.S", "rowwise.h"
+LN16, LN32 = "layer_norm_f16_r20_c140", "layer_norm_f32_r20_c138"
+SM16, SM32 = "softmax_f16_r20_c140", "softmax_f32_r20_c138"
+MUTANTS += [
+    (LN, LN16, "input row stride of one worker", "add $m1, $m1, WORKER_CONTEXTS * ROW_BYTES", "add $m1, $m1, ROW_BYTES", 0),
+    (LN, LN32, "output row stride one row short", "add $m2, $m2, WORKER_CONTEXTS * ROW_BYTES", "add $m2, $m2, (WORKER_CONTEXTS - 1) * ROW_BYTES", 0),
+    (LN, LN16, "epsilon slot", "ld64 $a12:13, $mvertex_base, $mzero, PAIR_EPS", "ld64 $a12:13, $mvertex_base, $mzero, PAIR_C", 0),
+    (LN, LN32, "variance sums x, not (x - mean)^2", "PW COLS, 0, 0, 2", "PW COLS, 0, 0, 1", 0),
+    (LN, LN32, "scale read from the bias", "ld64 $a12:13, $m3, $m9, 0", "ld64 $a12:13, $m4, $m9, 0", 0),
+    (LN, LN16, "dropped sync before the return", " sync SYNC_ZONE_LOCAL", " nop", 2),
+    (LN, "reduce_mean_f32_r20_c138", "mean output row stride 4", "add $m2, $m2, WORKER_CONTEXTS * 8", "add $m2, $m2, WORKER_CONTEXTS * 4", 0),
+    (RWH, LN32, "pairwise block one group of 8 short", "setzi $m8, (\\n) / 8", "setzi $m8, (\\n) / 8 - 1", 0),
+    (RWH, LN32, "divisor low half negated", "FP f32v2sub $a6:7, $a0:1, $a4:5          // bl = b - bh", "FP f32v2sub $a6:7, $a4:5, $a0:1          // bl = b - bh", 0),
+    (RWH, LN32, "pairwise split not a multiple of 8", ".set rw_h\\@, (\\n) / 2 - ((\\n) / 2) % 8", ".set rw_h\\@, (\\n) / 2", 0),
+    (RWH, SM32, "exp of the wrong lane", "FP f32exp $a13, $a13", "FP f32exp $a13, $a12", 0),
+    (SM, SM16, "sum floor -FLT_MAX instead of 1", "FP f32max $a14, $a14, $a13", "FP f32max $a14, $a14, $a12", 0),
+    (SM, SM32, "output offset not reset per row", " zero $m9", " add $m9, $m9, 0", 0),
+    (SM, SM16, "reciprocal of the wrong register", "FP f32oox $a1, $a14", "FP f32oox $a1, $a13", 0),
+    # fewer than six rows: statistics by worker r, then the elements split over all workers
+    (LN, "layer_norm_f16_r3_c100", "dropped sync between statistics and elements", " sync SYNC_ZONE_LOCAL", " nop", 1),
+    (LN, "layer_norm_f16_r3_c140", "dropped sync between the split pairwise steps", " sync SYNC_ZONE_LOCAL", " nop", 0),
+    (RWH, "layer_norm_f32_r2_c300", "block owner counter wraps at 7", "cmpeq $m10, $m9, WORKER_CONTEXTS", "cmpeq $m10, $m9, WORKER_CONTEXTS + 1", 0),
+    (LN, "layer_norm_f16_r3_c302", "block tables of all rows at row 0", " add $m2, $m2, ROW_BYTES", " add $m2, $m2, 0", 0),
+    (LN, "layer_norm_f32_r2_c138", "split elements one pair apart", "NORMALIZE WORKER_CONTEXTS", "NORMALIZE 1", 0),
+    (SM, "softmax_f32_r3_c138", "every row uses row 0's statistics", " add $m6, $m6, SCRATCH_BYTES", " add $m6, $m6, 0", 0),
+    (SM, "softmax_f16_r1_c300", "split starts at pair 0 on every worker", " mul $m10, $m0, 2 * EB", " mul $m10, $m0, 0", 1),
+    (SM, "softmax_f32_r3_c270", "partial maxima start at pair 0", " mul $m10, $m0, 2 * EB", " mul $m10, $m0, 0", 0),
+    (SM, "softmax_f16_r2_c300", "top from five partial maxima", " .rept WORKER_CONTEXTS", " .rept WORKER_CONTEXTS - 1", 0),
+    (SM, "softmax_f32_r3_c270", "partial maxima of all rows in one word", " shl $m9, $m5, 2", " shl $m9, $m5, 0", 0),
+]  # fmt: skip
+
+
+def _source(root: Path, template: str, unit: str) -> Path:
+    """The file kernel-run specialises: the template, or for an included file the unit's."""
+    if template.endswith(".S"):
+        return root / template
+    return root / ("softmax.S" if unit.startswith("softmax") else "layer_norm.S")
 
 
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
@@ -762,8 +801,8 @@ def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     return text[:start] + new + text[start + len(old) :]
 
 
-def run(out: Path | None, only: tuple[str, ...] = ()) -> dict:
-    """Run every mutant; return (and write) the results."""
+def run(out: Path | None, only: list[str] | None = None) -> dict:
+    """Run every mutant (of the templates in ``only``, if given); return (and write) them."""
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "templates"
@@ -775,7 +814,7 @@ def run(out: Path | None, only: tuple[str, ...] = ()) -> dict:
             mutant = root / template
             mutant.write_text(_mutate(original, old, new, occurrence))
             start = time.perf_counter()
-            report = kernel_run(unit, str(mutant), seed=0)
+            report = kernel_run(unit, str(_source(root, template, unit)), seed=0)
             mutant.write_text(original)
             caught = not report["ok"]
             how = "fault" if "fault" in report else "mismatch" if caught else "survived"
@@ -796,10 +835,14 @@ def run(out: Path | None, only: tuple[str, ...] = ()) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks/results/kernel_mutations.json"
-    )
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results JSON (default: benchmarks/results/kernel_mutations.json "
+                        "for the whole suite, none for a filtered run)")  # fmt: skip
+    parser.add_argument("--only", nargs="+", metavar="TEMPLATE", default=[],
+                        help="run only the mutants of these templates")  # fmt: skip
     parser.add_argument("--template", action="append", default=[],
                         help="run only the mutants of this template (repeatable)")  # fmt: skip
     args = parser.parse_args()
-    run(args.out, tuple(args.template))
+    only = [*args.only, *args.template]
+    default_out = None if only else ROOT / "benchmarks/results/kernel_mutations.json"
+    run(args.out or default_out, only or None)

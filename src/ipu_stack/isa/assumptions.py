@@ -224,6 +224,31 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "trap: Tile Vertex ISA 'raise a patched breakpoint exception event' [R]; which "
         "registers the host reads back (debug interface) assumed",
     ),
+    # -- row-wise kernels (layer norm, softmax) ----------------------------------------------
+    Assumption(
+        "f32exp_accuracy",
+        "numpy-f32",
+        "f32exp returns NumPy's f32 exp (the function the softmax semantics call); the "
+        "hardware's accuracy is not public, so on a C600 softmax outputs may differ from the "
+        "semantics by the exp error (a few f32 ulp) besides what the emulator shows",
+        "instruction in the Tile Vertex ISA (ipu_assembly_support hover/f32exp.md, no text); "
+        "accuracy assumed",
+    ),
+    Assumption(
+        "f32_reciprocal_sqrt_rounding",
+        "correctly rounded",
+        "f32oox (1/x) and f32sqrt return the correctly rounded f32 result (IEEE division "
+        "and square root); the layer-norm division corrects a quotient from f32oox with an "
+        "exact residual, so it stays exact if f32oox is off by an ulp",
+        "ISA text 'single-precision reciprocal' / 'square root' (hover/f32oox.md, "
+        "f32sqrt.md); rounding assumed",
+    ),
+    Assumption(
+        "f32max_nan",
+        "propagate",
+        "f32max / f32v2max return NaN when an operand is NaN (as NumPy's maximum)",
+        "assumed (the ISA text says only 'maximum')",
+    ),
 )
 
 _BY_KEY = {a.key: a for a in ASSUMPTIONS}

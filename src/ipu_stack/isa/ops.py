@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
@@ -396,6 +396,45 @@ OPS: dict[str, Op] = {
     "f32v2tof16": op_convert,
     "f32tanh": op_transcendental,
 }  # fmt: skip
+
+# -- row-wise kernels (layer norm, softmax): f32 sub/max and f32 unary functions ------------------
+_VEC_ROWWISE: dict[str, Any] = {
+    "f32v2sub": (np.float32, 2, np.subtract),
+    "f32sub": (np.float32, 1, np.subtract),
+    "f32v2max": (np.float32, 2, np.maximum),
+    "f32max": (np.float32, 1, np.maximum),
+}  # fmt: skip
+_VEC.update(_VEC_ROWWISE)
+
+
+for _key, _supported in (("f32exp_accuracy", "numpy-f32"), ("f32max_nan", "propagate"),
+                         ("f32_reciprocal_sqrt_rounding", "correctly rounded")):  # fmt: skip
+    if assumptions.value(_key) != _supported:
+        raise NotImplementedError(f"the emulator implements {_key} = {_supported!r} only")
+
+
+def _reciprocal(x: np.ndarray) -> np.ndarray:
+    return np.float32(1.0) / x
+
+
+#: f32 functions of one register (assumptions f32exp_accuracy, f32_reciprocal_sqrt_rounding)
+_UNARY_F32: dict[str, Callable[[np.ndarray], Any]] = {
+    "f32exp": np.exp,
+    "f32oox": _reciprocal,
+    "f32sqrt": np.sqrt,
+}
+
+
+def op_f32_unary(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
+    """f32exp / f32oox (1/x) / f32sqrt of one f32 register."""
+    x = _a_words(c, ins.operands[1], 1).view(np.float32)
+    with np.errstate(all="ignore"):
+        r = np.asarray(_UNARY_F32[ins.mnemonic](x), np.float32)
+    e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
+
+
+OPS.update({name: op_vector for name in ("f32v2sub", "f32sub", "f32v2max", "f32max")})
+OPS.update({name: op_f32_unary for name in _UNARY_F32})
 
 #: instructions that may not appear in a rpt body (facts §16.3 rpt: control and system)
 CONTROL = {"br", "bri", "brz", "brnz", "rpt", "exitz", "sync", "run", "runall", "put", "uput",

@@ -99,6 +99,20 @@ _TABLE: dict[str, tuple] = {
     "f16v4hihov4amp": _i(("a2", "a2", "a2", "i"), context=WORKER),
     "f8v8hihov4amp": _i(("a2", "a2", "a2", "i"), context=WORKER),
 }  # fmt: skip
+# Row-wise kernels (layer norm, softmax): the ARF forms of the 32-bit loads and stores
+# (ipu_assembly_support hover/ld32.md, ld32step.md, st32.md) and f32 arithmetic.
+_TABLE.update({
+    "ld32": _i(("ma", "m", "m", "mi"), source="ipu_assembly_support ld32 (MRF or ARF)"),
+    "st32": _i(("ma", "m", "m", "mi"), source="ipu_assembly_support st32 (MRF or ARF)"),
+    "ld32step": _i(("ma", "m", "m+=", "mi"), context=WORKER, source="ld32step (MRF or ARF)"),
+    "st32step": _i(("a", "m", "m+=", "mi"), context=WORKER, source="st32step (ARF)"),
+    **{op: _i(("a2", "a2", "a2"), context=WORKER, source="Tile Vertex ISA f32v2sub/f32v2max")
+       for op in ("f32v2sub", "f32v2max")},
+    **{op: _i(("a", "a", "a"), context=WORKER, source="Tile Vertex ISA f32add/sub/mul/max")
+       for op in ("f32add", "f32sub", "f32mul", "f32max")},
+    **{op: _i(("a", "a"), context=WORKER, source="Tile Vertex ISA f32exp, f32oox, f32sqrt")
+       for op in ("f32exp", "f32oox", "f32sqrt")},
+})  # fmt: skip
 
 # integer, indexing and rearrangement kernels (transpose.S, gather.S, concat.S, select.S,
 # argmax.S, cast_i32.S): Tile Vertex ISA (graphcore/ipu_assembly_support hover pages)

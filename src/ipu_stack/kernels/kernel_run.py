@@ -1,7 +1,8 @@
 """``kernel-run``: run one kernel unit's device code on the ISA emulator and check it.
 
-The unit (a GEMM name of :func:`ipu_stack.kernels.registry.parse_gemm_variant` or an
-elementwise name of :func:`ipu_stack.kernels.units.parse_unit`) is specialised from its
+The unit (a GEMM name of :func:`ipu_stack.kernels.registry.parse_gemm_variant`, a row-wise
+name of :func:`ipu_stack.kernels.units_rowwise.parse_rowwise` or an elementwise name of
+:func:`ipu_stack.kernels.units.parse_unit`) is specialised from its
 template (or ``source``), its operands are random (seeded) at addresses that satisfy the
 registry ABI (regions, alignment, left and output in distinct memory elements), every entry
 runs on :class:`ipu_stack.isa.Tile`, and the result is compared with the registry's NumPy
@@ -24,6 +25,7 @@ from ipu_stack.kernels import registry, semantics
 from ipu_stack.kernels.kernel_run_indexing import run_indexing
 from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
 from ipu_stack.kernels.units_indexing import parse_indexing_unit
+from ipu_stack.kernels.units_rowwise import parse_rowwise, run_rowwise
 from ipu_stack.target import ipu21
 
 STACK_TOP = 0x7F000  # standard region, below the interleaved base
@@ -73,6 +75,11 @@ def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str,
             program = load_unit(src, iunit.flags(), name)
             report["source"] = str(src)
             report["entries"] = [run_indexing(program, iunit, rng)]
+        elif (rowwise := parse_rowwise(name)) is not None:  # layer_norm, softmax, reduce_mean
+            src = Path(source) if source else rowwise.source
+            program = load_unit(src, rowwise.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [run_rowwise(program, rowwise, rng, _Placer())]
         else:
             unit = parse_unit(name)
             src = Path(source) if source else unit.source

@@ -2,9 +2,10 @@
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
 whose kernel has device code (F16/F8 GEMMs; contiguous add/mul of equal shapes or with a row
-vector; 8-byte copies and fills; reduce-add of up to 256 partials) runs its unit's assembly on
+vector; 8-byte copies and fills; reduce-add of up to 256 partials; layer norm, softmax and the
+row mean of even rows, kernels/units_rowwise.py) runs its unit's assembly on
 :class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
-GeLU, F8 casts, layer norm, softmax, attention, column-broadcast forms) keeps its NumPy
+GeLU, F8 casts, attention, column-broadcast forms) keeps its NumPy
 semantics and is counted as ``modelled``. The simulator clock still advances by the cost model;
 the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
 count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit
@@ -21,6 +22,8 @@ import numpy as np
 from ipu_stack.isa import Memory, Tile, load_unit
 from ipu_stack.kernels import registry
 from ipu_stack.kernels.units import MAX_PARTS, parse_unit
+from ipu_stack.kernels.units_rowwise import ROWWISE_KINDS
+from ipu_stack.kernels.units_rowwise import emulate_job as rowwise_emulate_job
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.runtime import emulate_indexing
 from ipu_stack.runtime.emulate_indexing import Trap, trap_error
@@ -150,6 +153,8 @@ class EmulatedKernels:
             regs = {2 + i: address(v.ref, n * eb, 8, f"{call.kind} operand {i}")
                     for i, v in enumerate(views)}  # fmt: skip
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and call.kind in ROWWISE_KINDS:  # layer norm, softmax, mean
+            return rowwise_emulate_job(call, address)
         return None
 
     def _row_broadcast(self, call: MapCall, address: Any) -> tuple | None:
