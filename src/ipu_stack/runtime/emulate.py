@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.isa import Memory, Tile, load_unit
-from ipu_stack.kernels import registry
+from ipu_stack.kernels import registry, units_unary
 from ipu_stack.kernels.units import MAX_PARTS, parse_unit
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.target import ipu21
@@ -112,6 +112,8 @@ class EmulatedKernels:
             else:
                 regs.update({3 + i: a for i, a in enumerate(inputs)})
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and (job := units_unary.emulate_job(call, address)):
+            return job  # GeLU (erf, tanh), unary, sub/div, column and scalar broadcast forms
         if isinstance(call, MapCall) and call.kind == "cast":
             src, out = call.inputs[0], call.out
             pair = (src.dtype, out.dtype)

@@ -1,0 +1,316 @@
+"""Unary, binary and column-broadcast elementwise units: names, flags, semantics, kernel-run.
+
+Unit names (N elements, even; R rows of C columns):
+
+- ``gelu_{f16|f32}_n{N}``: exact (erf) GeLU, ``templates/gelu_erf.S``;
+- ``{tanh|sigmoid|sqrt|reciprocal|neg}_{f16|f32}_n{N}`` and ``pow_{f16|f32}_e{E}_n{N}`` with
+  E one of ``2 3 4 0p5 m0p5 m1 m2`` (the exponents 2, 3, 4, 0.5, -0.5, -1, -2):
+  ``templates/unary.S``;
+- ``{sub|div}_{f16|f32}_n{N}`` (equal shapes): ``templates/unary.S``;
+- ``{add|mul}_{f16|f32}_{colbcast|scalarbcast}_r{R}_c{C}``: an [R, C] operand with an [R, 1]
+  column (one value per row, rows 8 bytes apart as the lowering stages them) or a [1, 1]
+  scalar: ``templates/broadcast.S`` (C * element bytes a multiple of 8).
+
+The semantics are the registry's own, evaluated through :func:`ipu_stack.runtime.sim.
+map_semantics` on a :class:`MapCall` of the unit's shapes (f32 arithmetic rounded once to the
+output type). :func:`emulate_job` maps a simulator call onto a unit (``run --kernels
+emulate``); :func:`run_unit` is ``kernel-run``'s check of one unit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ipu_stack.errors import GraphError
+from ipu_stack.kernels.registry import ENTRY_PREFIX, TEMPLATE_DIR
+from ipu_stack.low.program import MapCall, Ref, View
+
+GELU_ERF_TEMPLATE = TEMPLATE_DIR / "gelu_erf.S"
+UNARY_TEMPLATE = TEMPLATE_DIR / "unary.S"
+BROADCAST_TEMPLATE = TEMPLATE_DIR / "broadcast.S"
+
+#: unary.S operation codes (UN_OP)
+UNARY_OPS = {"tanh": 1, "sigmoid": 2, "sqrt": 3, "reciprocal": 4, "neg": 5, "pow": 6,
+             "sub": 7, "div": 8}  # fmt: skip
+#: pow exponents with device code: name tag -> (exponent, UN_POW code)
+POW_EXPONENTS = {"2": (2.0, 1), "3": (3.0, 2), "4": (4.0, 3), "0p5": (0.5, 4),
+                 "m0p5": (-0.5, 5), "m1": (-1.0, 6), "m2": (-2.0, 7)}  # fmt: skip
+MAX_ITEMS = 65530  # the workers divide by 6 exactly below 2**16
+
+_NAME = re.compile(
+    r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|sub|div)_(?P<p>f16|f32)_n(?P<n>\d+)"
+    r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)"
+    r"|(?P<bop>add|mul)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast)_r(?P<r>\d+)_c(?P<c>\d+))$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UnaryUnit:
+    """One unit of this family."""
+
+    name: str
+    kind: str  # gelu | tanh | ... | pow | sub | div | add | mul
+    dtype: str  # f16 | f32
+    count: int  # elements (rows * cols for the broadcast forms)
+    exponent: str = ""  # pow: a POW_EXPONENTS tag
+    rows: int = 1  # broadcast forms
+    form: str = ""  # colbcast | scalarbcast | "" (elementwise)
+
+    @property
+    def source(self) -> Path:
+        if self.form:
+            return BROADCAST_TEMPLATE
+        return GELU_ERF_TEMPLATE if self.kind == "gelu" else UNARY_TEMPLATE
+
+    @property
+    def entry(self) -> str:
+        return f"{ENTRY_PREFIX}{self.name}"
+
+    @property
+    def element_bytes(self) -> int:
+        return 2 if self.dtype == "f16" else 4
+
+    @property
+    def cols(self) -> int:
+        return self.count // self.rows
+
+    @property
+    def inputs(self) -> int:
+        return 2 if self.form or self.kind in ("sub", "div") else 1
+
+    def flags(self) -> list[str]:
+        """The ``-D`` flags specialising the template to this unit."""
+        f32 = ["-D{}_F32=1"] if self.dtype == "f32" else []
+        if self.form:
+            atoms = self.cols * self.element_bytes // 8
+            out = [f"-DBC_OP={1 if self.kind == 'add' else 2}", f"-DBC_ROWS={self.rows}",
+                   f"-DBC_ATOMS={atoms}", f"-DBC_SYMBOL={self.entry}", "-DBC_COLUMN=1",
+                   f"-DBC_COL_STEP={0 if self.form == 'scalarbcast' else 1}"]  # fmt: skip
+            return out + [x.format("BC") for x in f32]
+        items = self.count // 2
+        if self.kind == "gelu":
+            return [f"-DGE_ITEMS={items}", f"-DGE_SYMBOL={self.entry}"] + [
+                x.format("GE") for x in f32
+            ]
+        out = [f"-DUN_OP={UNARY_OPS[self.kind]}", f"-DUN_ITEMS={items}",
+               f"-DUN_SYMBOL={self.entry}"]  # fmt: skip
+        if self.kind == "pow":
+            out.append(f"-DUN_POW={POW_EXPONENTS[self.exponent][1]}")
+        return out + [x.format("UN") for x in f32]
+
+    def call(self) -> MapCall:
+        """A simulator call of this unit's shapes (its views are placeholders)."""
+        eb = self.element_bytes
+        rows, cols = (self.rows, self.cols) if self.form else (1, self.count)
+        full = View(Ref("a"), rows, cols, cols * eb, self.dtype)
+        ins = [full]
+        if self.form:
+            ins.append(View(Ref("b"), rows if self.form == "colbcast" else 1, 1, 8, self.dtype))
+        elif self.inputs == 2:
+            ins.append(View(Ref("b"), rows, cols, cols * eb, self.dtype))
+        attrs: tuple[tuple[str, float | int | bool | str], ...] = ()
+        if self.kind == "pow":
+            attrs = (("exponent", POW_EXPONENTS[self.exponent][0]),)
+        return MapCall(0, self.kind, View(Ref("o"), rows, cols, cols * eb, self.dtype),
+                       tuple(ins), attrs)  # fmt: skip
+
+    def reference(self, args: list[np.ndarray]) -> np.ndarray:
+        """The registry's semantics on the operands (flat arrays), rounded to ``dtype``."""
+        from ipu_stack.runtime.sim import map_semantics
+
+        call = self.call()
+        shaped = [a.reshape(v.rows, v.cols) for a, v in zip(args, call.inputs, strict=True)]
+        with np.errstate(all="ignore"):
+            r = map_semantics(call, shaped)
+        return np.asarray(r).astype(args[0].dtype).reshape(-1)
+
+
+def parse_unary(name: str) -> UnaryUnit | None:
+    """The unit ``name`` denotes, or None when the name is not of this family.
+
+    Raises:
+        GraphError: a name of this family with an impossible size.
+    """
+    m = _NAME.match(name)
+    if not m:
+        return None
+    if m["bop"]:
+        rows, cols = int(m["r"]), int(m["c"])
+        unit = UnaryUnit(name, m["bop"], m["bp"], rows * cols, rows=rows, form=m["form"])
+        if not 1 <= rows <= MAX_ITEMS or cols <= 0 or (cols * unit.element_bytes) % 8:
+            raise GraphError(f"unit {name}: rows 1..{MAX_ITEMS}, rows of a multiple of 8 bytes")
+        if cols * unit.element_bytes // 8 > 0xFFFF:
+            raise GraphError(f"unit {name}: {cols} columns out of range")
+        return unit
+    if m["e"]:
+        unit = UnaryUnit(name, "pow", m["pp"], int(m["pn"]), exponent=m["e"])
+    else:
+        unit = UnaryUnit(name, m["k"], m["p"], int(m["n"]))
+    if unit.count <= 0 or unit.count % 2 or unit.count // 2 > MAX_ITEMS:
+        raise GraphError(f"unit {name}: {unit.count} elements must be even, 2..{2 * MAX_ITEMS}")
+    return unit
+
+
+# -- kernel-run ----------------------------------------------------------------------------------
+def _operands(unit: UnaryUnit, rng: np.random.Generator) -> list[np.ndarray]:
+    dtype = np.dtype(np.float16 if unit.dtype == "f16" else np.float32)
+    n = unit.count
+
+    def away_from_zero(size: int) -> np.ndarray:
+        return rng.choice([-1.0, 1.0], size) * rng.uniform(0.25, 4, size)
+
+    kind, e = unit.kind, unit.exponent
+    if kind == "gelu":
+        a = rng.uniform(-6, 6, n)
+    elif kind == "sqrt" or (kind == "pow" and e in ("0p5", "m0p5")):
+        a = rng.uniform(0.01, 4, n)
+    elif kind in ("reciprocal", "div") or (kind == "pow" and e.startswith("m")):
+        a = away_from_zero(n) if kind != "div" else rng.uniform(-2, 2, n)
+    else:
+        a = rng.uniform(-4, 4, n) if kind in ("tanh", "sigmoid", "neg") else rng.uniform(-2, 2, n)
+    args = [a.astype(dtype)]
+    if unit.form:
+        args.append(rng.uniform(-2, 2, unit.rows if unit.form == "colbcast" else 1).astype(dtype))
+    elif unit.inputs == 2:
+        b = away_from_zero(n) if kind == "div" else rng.uniform(-2, 2, n)
+        args.append(b.astype(dtype))
+    return args
+
+
+def check(unit: UnaryUnit, args: list[np.ndarray], got: np.ndarray) -> dict[str, Any]:
+    """Compare ``got`` with the semantics: F16 within 2 ulp, F32 within 1e-6 relative; GeLU
+    also allows the semantics' own rounding of erf (2 f32 ulp at magnitude 1, times |x| / 2)."""
+    want = unit.reference(args)
+    w64, g64 = want.astype(np.float64), got.astype(np.float64)
+    err = np.where(np.isnan(want) & np.isnan(got), 0.0, np.abs(g64 - w64))
+    if unit.dtype == "f16":
+        scale = np.spacing(np.maximum(np.abs(want), 2.0**-14).astype(np.float16))
+        scale = scale.astype(np.float64)  # one ulp
+        tol = 2 * scale
+    else:
+        scale = np.maximum(np.abs(w64), 1e-30)  # relative error
+        tol = 1e-6 * scale
+    if unit.kind == "gelu":
+        tol = tol + np.abs(args[0].astype(np.float64)) / 2 * 2.0**-23
+    used = float(np.nanmax(err / tol)) if err.size else 0.0
+    worst = float(np.nanmax(err / scale)) if err.size else 0.0
+    ok = bool(used <= 1.0 and not np.any(np.isnan(got) & ~np.isnan(want)))
+    key = "worst_ulp" if unit.dtype == "f16" else "worst_relative"
+    return {"max_abs_error": float(np.nanmax(err)) if err.size else 0.0, key: worst,
+            "tolerance_used": used, "ok": ok}  # fmt: skip
+
+
+def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[str, Any]:
+    """kernel-run of one unit: seeded operands at ABI addresses, emulate, compare."""
+    from ipu_stack.isa import Tile
+    from ipu_stack.kernels.kernel_run import STACK_TOP, _Placer
+    from ipu_stack.low import costs
+
+    args = _operands(unit, rng)
+    placer = _Placer()
+    nbytes = unit.count * unit.element_bytes
+    tile = Tile(program)
+    modelled = costs.map_call_cycles(unit.call())
+    tile.max_cycles = 200_000 + 40 * modelled
+    out_at = placer.take("standard", nbytes, packed=True)
+    tile.mem.write(out_at, rng.integers(0, 256, nbytes, dtype=np.uint8), 8)
+    regs = {2: out_at, 11: STACK_TOP}
+    for i, a in enumerate(args):
+        raw = a.view(np.uint8)
+        if unit.form == "colbcast":  # one value per 8-byte row of the staged column
+            if i == 1:
+                padded = np.zeros((unit.rows, 8), np.uint8)
+                padded[:, : unit.element_bytes] = raw.reshape(unit.rows, -1)
+                raw = padded.reshape(-1)
+        elif unit.form == "scalarbcast" and i == 1:
+            raw = np.concatenate([raw, np.zeros(8 - raw.size, np.uint8)])
+        regs[3 + i] = placer.take("standard", raw.size, packed=True)
+        tile.mem.write(regs[3 + i], raw, 8)
+    result = tile.call(unit.entry, regs)
+    got = tile.mem.read(out_at, nbytes, 8).view(args[0].dtype).copy()
+    return {"entry": unit.entry, "elements": unit.count, **check(unit, args, got),
+            "emulated_cycles": result.cycles, "modelled_cycles": modelled}  # fmt: skip
+
+
+# -- run --kernels emulate -----------------------------------------------------------------------
+def _contiguous(v: View, eb: int) -> bool:
+    return v.stride == v.cols * eb or v.rows == 1
+
+
+def emulate_job(call: MapCall, address: Any) -> tuple | None:
+    """(name, source, flags, entry, registers) of the unit for ``call``, or None."""
+    out = call.out
+    if out.dtype not in ("f16", "f32") or any(v.dtype != out.dtype for v in call.inputs):
+        return None
+    eb = 2 if out.dtype == "f16" else 4
+    n = out.rows * out.cols
+    if call.kind in ("add", "mul"):
+        return _column_job(call, address, eb)
+    if not _contiguous(out, eb) or out.stride * out.rows != n * eb:
+        return None  # padded rows: their pads must be zeros, which f(0) may not give
+    if any((v.rows, v.cols) != (out.rows, out.cols) or v.stride != out.stride
+           for v in call.inputs):  # fmt: skip
+        return None
+    name = _elementwise_name(call, out.dtype, n)
+    if name is None:
+        return None
+    if name.startswith("gelu_tanh"):
+        from ipu_stack.kernels.units import parse_unit
+
+        tanh_unit = parse_unit(name)
+        regs = {2: address(out.ref, n * eb, 8, "gelu output"),
+                3: address(call.inputs[0].ref, n * eb, 8, "gelu input")}  # fmt: skip
+        return name, tanh_unit.source, tuple(tanh_unit.flags()), tanh_unit.entry, regs
+    unit = parse_unary(name)
+    assert unit is not None
+    regs = {2 + i: address(v.ref, n * eb, 8, f"{call.kind} operand {i}")
+            for i, v in enumerate((out, *call.inputs))}  # fmt: skip
+    return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+
+
+def _elementwise_name(call: MapCall, p: str, n: int) -> str | None:
+    kind = call.kind
+    if kind == "gelu":
+        if dict(call.attrs).get("approximate") == "tanh":
+            return f"gelu_tanh_f16_n{n}" if p == "f16" and n % 4 == 0 else None
+        return f"gelu_{p}_n{n}" if n % 2 == 0 else None
+    if n % 2:
+        return None
+    if kind == "pow":
+        e = float(call.attr("exponent"))
+        tags = [tag for tag, (value, _) in POW_EXPONENTS.items() if value == e]
+        return f"pow_{p}_e{tags[0]}_n{n}" if tags else None
+    if kind in UNARY_OPS:
+        return f"{kind}_{p}_n{n}"
+    return None
+
+
+def _column_job(call: MapCall, address: Any, eb: int) -> tuple | None:
+    """add/mul of an [R, C] operand and an [R, 1] column or a [1, 1] scalar (either order)."""
+    out = call.out
+    if len(call.inputs) != 2 or out.cols == 1:
+        return None
+    full = [v for v in call.inputs if (v.rows, v.cols) == (out.rows, out.cols)]
+    col = [v for v in call.inputs if v.cols == 1 and v.rows in (1, out.rows)]
+    if len(full) != 1 or len(col) != 1:
+        return None
+    a, b = full[0], col[0]
+    if (out.cols * eb) % 8 or a.stride != out.cols * eb or out.stride != out.cols * eb:
+        return None
+    scalar = b.rows == 1 and out.rows > 1
+    if not scalar and b.stride != 8:
+        return None
+    form = "scalarbcast" if scalar or out.rows == 1 else "colbcast"
+    unit = parse_unary(f"{call.kind}_{out.dtype}_{form}_r{out.rows}_c{out.cols}")
+    assert unit is not None
+    size = out.rows * out.cols * eb
+    regs = {2: address(out.ref, size, 8, f"{call.kind} output"),
+            3: address(a.ref, size, 8, f"{call.kind} operand"),
+            4: address(b.ref, eb if form == "scalarbcast" else out.rows * 8, 2,
+                       f"{call.kind} column")}  # fmt: skip
+    return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
