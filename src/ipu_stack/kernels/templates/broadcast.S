@@ -11,6 +11,11 @@
 // ABI (supervisor, like the map kernels): $m2 output [R, C], $m3 a [R, C] (rows contiguous),
 // $m4 b [1, C] (the row vector), all 8-byte aligned; $m10 return address, $m11 stack.
 // Worker w handles rows w, w + 6, w + 12, ...
+// Column form (BC_COLUMN, units {add|mul}_{f16|f32}_{colbcast|scalarbcast}_rR_cC of
+// kernels/units_unary.py): out[r, c] = a[r, c] (+|*) b[r]; $m4 points at the column, one
+// value per 8-byte row as the lowering stages an [R, 1] view (BC_COL_STEP 1), or at one
+// scalar (BC_COL_STEP 0). The value is loaded once per row and broadcast to the lanes
+// (ldb16 for f16, two ld32 for f32).
 #include "ipu21_tile.h"
 
 #ifndef BC_ROWS
@@ -18,6 +23,9 @@
 #endif
 #ifndef BC_ATOMS
 #error "BC_ATOMS is required"
+#endif
+#ifndef BC_COLUMN
+#define BC_COLUMN 0
 #endif
 
  .set ROWS, BC_ROWS
@@ -75,6 +83,40 @@ BC_SYMBOL:
  ld32 $m2, $mvertex_base, $mzero, FRAME_B
  mul $m6, $m0, ROW_BYTES       // byte offset of this worker's first row
  setzi $m8, BC_ATOMS
+#if BC_COLUMN
+ mul $m7, $m0, 8 * BC_COL_STEP // this worker's first column value (8-byte rows)
+.Lbc_col_row:
+#if BC_F32
+ ld32 $a2, $m2, $m7, 0
+ ld32 $a3, $m2, $m7, 0
+#else
+ ldb16 $a2, $m2, $m7, 0
+ ldb16 $a3, $m2, $m7, 0
+#endif
+ add $m4, $m6, 0               // a / out offset: walks the row
+ .p2align 3
+ {
+  rpt $m8, 2
+  fnop
+ }
+ {
+  ld64step $a0:1, $m1, $m4+=, 0
+  fnop
+ }
+ {
+  nop
+  BC_INSN $a4:5, $a0:1, $a2:3
+ }
+ {
+  st64step $a4:5, $m3, $m4+=, 1
+  fnop
+ }
+ add $m7, $m7, WORKER_CONTEXTS * 8 * BC_COL_STEP
+ add $m6, $m6, WORKER_CONTEXTS * ROW_BYTES
+ add $m5, $m5, -1
+ brnz $m5, .Lbc_col_row
+ exitz $mzero
+#endif
 .Lbc_row:
  add $m4, $m6, 0               // a / out offset: walks the row
  zero $m7                      // b offset: walks the vector
