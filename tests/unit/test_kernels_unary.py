@@ -1,0 +1,139 @@
+"""Unary, binary, GeLU and column-broadcast units on the ISA emulator vs the registry semantics."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ipu_stack.errors import GraphError
+from ipu_stack.graph import ComputeGraph
+from ipu_stack.kernels.kernel_run import kernel_run
+from ipu_stack.kernels.registry import TEMPLATE_DIR
+from ipu_stack.kernels.units_unary import check, emulate_job, parse_unary
+from ipu_stack.low.program import MapCall, Ref, View
+from ipu_stack.package.build import BuildConfig, build
+from ipu_stack.runtime.emulate import EmulatedKernels
+from ipu_stack.runtime.sim import SimDevice
+
+UNITS = [
+    ("gelu_f16_n96", 0), ("gelu_f16_n38", 3), ("gelu_f32_n100", 1), ("gelu_f32_n14", 2),
+    ("tanh_f16_n64", 0), ("sigmoid_f32_n34", 1), ("sqrt_f16_n50", 2), ("reciprocal_f32_n30", 0),
+    ("neg_f16_n40", 1), ("sub_f32_n26", 2), ("sub_f16_n72", 0), ("div_f16_n66", 1),
+    ("div_f32_n30", 3), ("pow_f16_e3_n40", 0), ("pow_f32_em0p5_n22", 1), ("pow_f32_e4_n18", 2),
+    ("pow_f16_em2_n44", 3), ("add_f16_colbcast_r13_c16", 0), ("mul_f32_colbcast_r8_c6", 1),
+    ("add_f32_scalarbcast_r7_c10", 2), ("mul_f16_scalarbcast_r9_c12", 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "seed"), UNITS)
+def test_unit_matches_semantics(name, seed):
+    report = kernel_run(name, seed=seed)
+    assert report["ok"], report
+    entry = report["entries"][0]
+    assert entry["emulated_cycles"] > 0 and entry["tolerance_used"] <= 1.0
+
+
+def test_gelu_f16_is_exact_on_most_elements():
+    entry = kernel_run("gelu_f16_n200", seed=5)["entries"][0]
+    assert entry["worst_ulp"] <= 1.0  # the erf fit is within 2 f32 ulp: F16 rounds the same
+
+
+def _mutant(tmp_path: Path, template: str, old: str, new: str) -> str:
+    text = (TEMPLATE_DIR / template).read_text()
+    assert old in text
+    for f in TEMPLATE_DIR.iterdir():  # the include directory comes along
+        if f.is_dir():
+            (tmp_path / f.name).symlink_to(f)
+    path = tmp_path / template
+    path.write_text(text.replace(old, new, 1))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("template", "name", "old", "new"),
+    [
+        ("gelu_erf.S", "gelu_f32_n60", "PAIR K_Q+3, 0xBD06FBEE", "PAIR K_Q+3, 0xBD07FBEE"),
+        ("gelu_erf.S", "gelu_f16_n60", "or64 $a8:9, $a8:9, $a6:7", "fnop"),
+        ("unary.S", "div_f32_n40", "DIV2 $a4, $a5, $a0, $a1, $a2, $a3",
+         "DIV2 $a4, $a5, $a0, $a1, $a3, $a2"),
+        ("broadcast.S", "add_f16_colbcast_r13_c16", "add $m7, $m7, WORKER_CONTEXTS * 8",
+         "add $m7, $m7, 8"),
+    ],
+)  # fmt: skip
+def test_planted_bug_is_caught(tmp_path, template, name, old, new):
+    report = kernel_run(name, _mutant(tmp_path, template, old, new), seed=0)
+    assert not report["ok"]
+
+
+def test_tolerance_is_tight_for_gelu_f32():
+    unit = parse_unary("gelu_f32_n8")
+    x = np.array([-3.0, -1.0, -0.5, 0.1, 0.5, 1.0, 2.0, 3.0], np.float32)
+    want = unit.reference([x])
+    assert check(unit, [x], want)["ok"]
+    off = want * np.float32(1 + 4e-6)  # four times the F32 tolerance
+    assert not check(unit, [x], off.astype(np.float32))["ok"]
+
+
+def test_names():
+    assert parse_unary("add_f16_n8") is None  # equal-shape add stays with units.py
+    assert parse_unary("pow_f32_e2_n4").flags()[-1] == "-DUN_F32=1"
+    with pytest.raises(GraphError):
+        parse_unary("gelu_f16_n7")
+    with pytest.raises(GraphError):
+        parse_unary("add_f16_colbcast_r4_c3")  # rows must be whole 8-byte atoms
+
+
+def _view(rows, cols, dtype="f16", stride=None):
+    eb = 2 if dtype == "f16" else 4
+    return View(Ref("v"), rows, cols, stride if stride is not None else cols * eb, dtype)
+
+
+def test_emulate_job_mapping():
+    def name(call):
+        job = emulate_job(call, lambda ref, size, align, what: 0x50000)
+        return None if job is None else job[0]
+
+    out = _view(4, 16)
+    assert name(MapCall(0, "gelu", out, (out,))) == "gelu_f16_n64"
+    assert name(MapCall(0, "gelu", out, (out,), (("approximate", "tanh"),))) == (
+        "gelu_tanh_f16_n64"
+    )
+    assert name(MapCall(0, "pow", out, (out,), (("exponent", 3.0),))) == "pow_f16_e3_n64"
+    assert name(MapCall(0, "pow", out, (out,), (("exponent", 1.7),))) is None
+    assert name(MapCall(0, "add", out, (out, _view(4, 1, stride=8)))) == (
+        "add_f16_colbcast_r4_c16"
+    )
+    assert name(MapCall(0, "mul", out, (_view(1, 1, stride=8), out))) == (
+        "mul_f16_scalarbcast_r4_c16"
+    )
+    assert name(MapCall(0, "add", out, (out, out))) is None  # equal shapes: units.py
+    padded = _view(4, 3, stride=8)
+    assert name(MapCall(0, "tanh", padded, (padded,))) is None
+
+
+def test_emulated_run_of_unary_graph():
+    g = ComputeGraph()
+    x = g.host_input("x", (12, 32), "f16")
+    c = g.host_input("c", (12, 1), "f16")
+    h = g.gelu(g.add(x, c))
+    t = g.sub(g.tanh(h), g.mul(g.sigmoid(x), c))
+    g.set_outputs(g.div(t, g.pow(g.sqrt(g.host_input("p", (12, 32), "f16")), 2.0)))
+    built = build(g, BuildConfig(tiles=3))
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.uniform(-3, 3, (12, 32)), "c": rng.uniform(-1, 1, (12, 1)),
+             "p": rng.uniform(0.5, 2, (12, 32))}  # fmt: skip
+    feeds = {k: v.astype(np.float16) for k, v in feeds.items()}
+    plain = SimDevice().run(built.program, built.placement, built.schedules, feeds)
+    device = SimDevice()
+    device.kernels = EmulatedKernels()
+    emulated = device.run(built.program, built.placement, built.schedules, feeds)
+    report = device.kernels.report()
+    units = report["emulated_units"]
+    for prefix in ("gelu_f16", "tanh_f16", "sigmoid_f16", "sub_f16", "div_f16", "sqrt_f16",
+                   "pow_f16_e2", "add_f16_colbcast", "mul_f16_colbcast"):  # fmt: skip
+        assert any(u.startswith(prefix) for u in units), (prefix, report)
+    assert set(report["modelled_only"]) <= {"CopyCall"}, report  # odd-sized staging copies
+    for name, want in plain.outputs.items():
+        got = emulated.outputs[name].astype(np.float64)
+        ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
+        assert np.all(np.abs(got - want) <= 2 * ulp), name
