@@ -100,9 +100,7 @@ def test_emulate_job_mapping():
     )
     assert name(MapCall(0, "pow", out, (out,), (("exponent", 3.0),))) == "pow_f16_e3_n64"
     assert name(MapCall(0, "pow", out, (out,), (("exponent", 1.7),))) is None
-    assert name(MapCall(0, "add", out, (out, _view(4, 1, stride=8)))) == (
-        "add_f16_colbcast_r4_c16"
-    )
+    assert name(MapCall(0, "add", out, (out, _view(4, 1, stride=8)))) == ("add_f16_colbcast_r4_c16")
     assert name(MapCall(0, "mul", out, (_view(1, 1, stride=8), out))) == (
         "mul_f16_scalarbcast_r4_c16"
     )
