@@ -135,3 +135,27 @@ def test_emulated_run_of_unary_graph():
         got = emulated.outputs[name].astype(np.float64)
         ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
         assert np.all(np.abs(got - want) <= 2 * ulp), name
+
+
+def test_gelu_tanh_template_matches_registry_semantics():
+    """gelu_tanh.S (wired for MapCall gelu approximate='tanh') against map_semantics, not
+    only against its own order of operations (units.gelu_tanh_reference)."""
+    from ipu_stack.isa import Tile, load_unit
+    from ipu_stack.kernels.kernel_run import STACK_TOP
+    from ipu_stack.kernels.units import parse_unit
+    from ipu_stack.runtime.sim import map_semantics
+
+    unit = parse_unit("gelu_tanh_f16_n192")
+    program = load_unit(unit.source, unit.flags(), unit.name)
+    view = View(Ref("x"), 1, 192, 384, "f16")
+    call = MapCall(0, "gelu", view, (view,), (("approximate", "tanh"),))
+    for seed in range(2):
+        x = np.random.default_rng(seed).uniform(-6, 6, 192).astype(np.float16)
+        tile = Tile(program)
+        tile.mem.write(0x50000, x.view(np.uint8), 8)
+        tile.call(unit.entry, {2: 0x51000, 3: 0x50000, 11: STACK_TOP})
+        got = tile.mem.read(0x51000, 384, 8).view(np.float16).astype(np.float64)
+        want = map_semantics(call, [x.reshape(1, -1)]).astype(np.float16).reshape(-1)
+        ulp = np.spacing(np.maximum(np.abs(want), 2.0**-14).astype(np.float16))
+        tol = 2 * ulp.astype(np.float64) + np.abs(x.astype(np.float64)) / 2 * 2.0**-23
+        assert np.all(np.abs(got - want) <= tol)

@@ -112,7 +112,7 @@ BC_SYMBOL:
   fnop
  }
  add $m7, $m7, WORKER_CONTEXTS * 8 * BC_COL_STEP
- add $m6, $m6, WORKER_CONTEXTS * ROW_BYTES
+ add $m6, $m6, ROW_BYTES * WORKER_CONTEXTS
  add $m5, $m5, -1
  brnz $m5, .Lbc_col_row
  exitz $mzero
