@@ -552,6 +552,8 @@ MUTANTS += [
     (GE, "gelu_f32_n100", "tail clamp at the wrong constant", "f32v2min $a10:11, $a6:7, $a14:15", "f32v2min $a10:11, $a6:7, $a12:13", 0),
     (GE, "gelu_f16_n200", "half constant replaced by one", "f32v2mul $a2:3, $a2:3, $a12:13         // x * 0.5", "f32v2mul $a2:3, $a2:3, $a14:15         // x * 0.5", 0),
     (GE, "gelu_f32_n100", "z of lane 1 from lane 0", "f32div $a5, $a3, $a12", "f32div $a5, $a2, $a12", 0),
+    (GT, "gelu_tanh_f32_n100", "F32: 1 + tanh uses the half constant", "f32v2add $a6:7, $a14:15, $a6:7", "f32v2add $a6:7, $a12:13, $a6:7", 0),
+    (GT, "gelu_tanh_f32_n100", "F32: x^2 instead of x^3", "f32v2mul $a6:7, $a6:7, \\p\n", "f32v2mul $a6:7, $a6:7, $a14:15\n", 2),
     (UN, "tanh_f16_n200", "tanh of lane 0 twice", "LANES2 f32tanh, $a4, $a5, $a0, $a1", "LANES2 f32tanh, $a4, $a5, $a0, $a0", 0),
     (UN, "sub_f32_n100", "sub operands swapped", "f32v2sub $a4:5, $a0:1, $a2:3", "f32v2sub $a4:5, $a2:3, $a0:1", 0),
     (UN, "div_f16_n200", "divisor read from the dividend", "ld32step $a7, $m2, $m4+=, 0", "ld32step $a7, $m1, $m4+=, 0", 0),

@@ -16,6 +16,7 @@ from ipu_stack.runtime.emulate import EmulatedKernels
 from ipu_stack.runtime.sim import SimDevice
 
 UNITS = [
+    ("gelu_tanh_f32_n42", 0), ("gelu_tanh_f32_n100", 2),
     ("gelu_f16_n96", 0), ("gelu_f16_n38", 3), ("gelu_f32_n100", 1), ("gelu_f32_n14", 2),
     ("tanh_f16_n64", 0), ("sigmoid_f32_n34", 1), ("sqrt_f16_n50", 2), ("reciprocal_f32_n30", 0),
     ("neg_f16_n40", 1), ("sub_f32_n26", 2), ("sub_f16_n72", 0), ("div_f16_n66", 1),
@@ -98,6 +99,9 @@ def test_emulate_job_mapping():
     assert name(MapCall(0, "gelu", out, (out,), (("approximate", "tanh"),))) == (
         "gelu_tanh_f16_n64"
     )
+    out32 = _view(4, 16, "f32")
+    tanh_attr = (("approximate", "tanh"),)
+    assert name(MapCall(0, "gelu", out32, (out32,), tanh_attr)) == "gelu_tanh_f32_n64"
     assert name(MapCall(0, "pow", out, (out,), (("exponent", 3.0),))) == "pow_f16_e3_n64"
     assert name(MapCall(0, "pow", out, (out,), (("exponent", 1.7),))) is None
     assert name(MapCall(0, "add", out, (out, _view(4, 1, stride=8)))) == ("add_f16_colbcast_r4_c16")

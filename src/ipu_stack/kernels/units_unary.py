@@ -32,6 +32,7 @@ from ipu_stack.low.program import MapCall, Ref, View
 
 GELU_ERF_TEMPLATE = TEMPLATE_DIR / "gelu_erf.S"
 UNARY_TEMPLATE = TEMPLATE_DIR / "unary.S"
+GELU_TANH_TEMPLATE = TEMPLATE_DIR / "gelu_tanh.S"
 BROADCAST_TEMPLATE = TEMPLATE_DIR / "broadcast.S"
 
 #: unary.S operation codes (UN_OP)
@@ -44,7 +45,7 @@ MAX_ITEMS = 65530  # the workers divide by 6 exactly below 2**16
 
 _NAME = re.compile(
     r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|sub|div)_(?P<p>f16|f32)_n(?P<n>\d+)"
-    r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)"
+    r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)|gelu_tanh_f32_n(?P<tn>\d+)"
     r"|(?P<bop>add|mul)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast)_r(?P<r>\d+)_c(?P<c>\d+))$"
 )
 
@@ -65,6 +66,8 @@ class UnaryUnit:
     def source(self) -> Path:
         if self.form:
             return BROADCAST_TEMPLATE
+        if self.kind == "gelu_tanh":
+            return GELU_TANH_TEMPLATE
         return GELU_ERF_TEMPLATE if self.kind == "gelu" else UNARY_TEMPLATE
 
     @property
@@ -93,6 +96,8 @@ class UnaryUnit:
                    f"-DBC_COL_STEP={0 if self.form == 'scalarbcast' else 1}"]  # fmt: skip
             return out + [x.format("BC") for x in f32]
         items = self.count // 2
+        if self.kind == "gelu_tanh":  # f32 only here (f16: units.py gelu_tanh_f16_nN)
+            return [f"-DGT_GROUPS={items}", f"-DGT_SYMBOL={self.entry}", "-DGT_F32=1"]
         if self.kind == "gelu":
             return [f"-DGE_ITEMS={items}", f"-DGE_SYMBOL={self.entry}"] + [
                 x.format("GE") for x in f32
@@ -114,9 +119,12 @@ class UnaryUnit:
         elif self.inputs == 2:
             ins.append(View(Ref("b"), rows, cols, cols * eb, self.dtype))
         attrs: tuple[tuple[str, float | int | bool | str], ...] = ()
+        kind = "gelu" if self.kind == "gelu_tanh" else self.kind
+        if kind != self.kind:
+            attrs = (("approximate", "tanh"),)
         if self.kind == "pow":
             attrs = (("exponent", POW_EXPONENTS[self.exponent][0]),)
-        return MapCall(0, self.kind, View(Ref("o"), rows, cols, cols * eb, self.dtype),
+        return MapCall(0, kind, View(Ref("o"), rows, cols, cols * eb, self.dtype),
                        tuple(ins), attrs)  # fmt: skip
 
     def reference(self, args: list[np.ndarray]) -> np.ndarray:
@@ -147,7 +155,9 @@ def parse_unary(name: str) -> UnaryUnit | None:
         if cols * unit.element_bytes // 8 > 0xFFFF:
             raise GraphError(f"unit {name}: {cols} columns out of range")
         return unit
-    if m["e"]:
+    if m["tn"]:
+        unit = UnaryUnit(name, "gelu_tanh", "f32", int(m["tn"]))
+    elif m["e"]:
         unit = UnaryUnit(name, "pow", m["pp"], int(m["pn"]), exponent=m["e"])
     else:
         unit = UnaryUnit(name, m["k"], m["p"], int(m["n"]))
@@ -165,7 +175,7 @@ def _operands(unit: UnaryUnit, rng: np.random.Generator) -> list[np.ndarray]:
         return rng.choice([-1.0, 1.0], size) * rng.uniform(0.25, 4, size)
 
     kind, e = unit.kind, unit.exponent
-    if kind == "gelu":
+    if kind.startswith("gelu"):
         a = rng.uniform(-6, 6, n)
     elif kind == "sqrt" or (kind == "pow" and e in ("0p5", "m0p5")):
         a = rng.uniform(0.01, 4, n)
@@ -196,7 +206,7 @@ def check(unit: UnaryUnit, args: list[np.ndarray], got: np.ndarray) -> dict[str,
     else:
         scale = np.maximum(np.abs(w64), 1e-30)  # relative error
         tol = 1e-6 * scale
-    if unit.kind == "gelu":
+    if unit.kind.startswith("gelu"):
         tol = tol + np.abs(args[0].astype(np.float64)) / 2 * 2.0**-23
     used = float(np.nanmax(err / tol)) if err.size else 0.0
     worst = float(np.nanmax(err / scale)) if err.size else 0.0
@@ -260,7 +270,7 @@ def emulate_job(call: MapCall, address: Any) -> tuple | None:
     name = _elementwise_name(call, out.dtype, n)
     if name is None:
         return None
-    if name.startswith("gelu_tanh"):
+    if name.startswith("gelu_tanh_f16"):
         from ipu_stack.kernels.units import parse_unit
 
         tanh_unit = parse_unit(name)
@@ -278,7 +288,9 @@ def _elementwise_name(call: MapCall, p: str, n: int) -> str | None:
     kind = call.kind
     if kind == "gelu":
         if dict(call.attrs).get("approximate") == "tanh":
-            return f"gelu_tanh_f16_n{n}" if p == "f16" and n % 4 == 0 else None
+            if p == "f32":
+                return f"gelu_tanh_f32_n{n}" if n % 2 == 0 else None
+            return f"gelu_tanh_f16_n{n}" if n % 4 == 0 else None
         return f"gelu_{p}_n{n}" if n % 2 == 0 else None
     if n % 2:
         return None

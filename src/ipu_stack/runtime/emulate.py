@@ -134,6 +134,8 @@ class EmulatedKernels:
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
         if isinstance(call, MapCall) and call.kind in ("add", "mul"):
             out = call.out
+            if out.dtype not in ("f16", "f32"):
+                return None  # integer add/mul: no device code
             eb = ipu21.precision(out.dtype).element_bytes
             views = (out, *call.inputs)
             if any((v.rows, v.cols, v.dtype) != (out.rows, out.cols, out.dtype) for v in views):
@@ -150,6 +152,8 @@ class EmulatedKernels:
     def _row_broadcast(self, call: MapCall, address: Any) -> tuple | None:
         """add/mul of an [R, C] operand and a [1, C] row vector (either order)."""
         out = call.out
+        if out.dtype not in ("f16", "f32"):
+            return None  # integer add/mul (add_i32, mul_i32): no device code
         eb = ipu21.precision(out.dtype).element_bytes
         full = [v for v in call.inputs if (v.rows, v.cols) == (out.rows, out.cols)]
         rows = [v for v in call.inputs if (v.rows, v.cols) == (1, out.cols)]
