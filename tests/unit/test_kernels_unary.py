@@ -117,13 +117,14 @@ def test_emulated_run_of_unary_graph():
     g = ComputeGraph()
     x = g.host_input("x", (12, 32), "f16")
     c = g.host_input("c", (12, 1), "f16")
+    c = g.reciprocal(g.sqrt(g.add(g.mul(c, c), g.host_input("e", (1, 1), "f16"))))  # [R, 1]
     h = g.gelu(g.add(x, c))
     t = g.sub(g.tanh(h), g.mul(g.sigmoid(x), c))
     g.set_outputs(g.div(t, g.pow(g.sqrt(g.host_input("p", (12, 32), "f16")), 2.0)))
     built = build(g, BuildConfig(tiles=3))
     rng = np.random.default_rng(4)
     feeds = {"x": rng.uniform(-3, 3, (12, 32)), "c": rng.uniform(-1, 1, (12, 1)),
-             "p": rng.uniform(0.5, 2, (12, 32))}  # fmt: skip
+             "p": rng.uniform(0.5, 2, (12, 32)), "e": np.full((1, 1), 0.25)}  # fmt: skip
     feeds = {k: v.astype(np.float16) for k, v in feeds.items()}
     plain = SimDevice().run(built.program, built.placement, built.schedules, feeds)
     device = SimDevice()
@@ -132,7 +133,8 @@ def test_emulated_run_of_unary_graph():
     report = device.kernels.report()
     units = report["emulated_units"]
     for prefix in ("gelu_f16", "tanh_f16", "sigmoid_f16", "sub_f16", "div_f16", "sqrt_f16",
-                   "pow_f16_e2", "add_f16_colbcast", "mul_f16_colbcast"):  # fmt: skip
+                   "pow_f16_e2", "add_f16_colbcast", "mul_f16_colbcast", "sqrt_f16_col",
+                   "reciprocal_f16_col", "mul_f16_col", "add_f16_colscalar"):  # fmt: skip
         assert any(u.startswith(prefix) for u in units), (prefix, report)
     assert set(report["modelled_only"]) <= {"CopyCall"}, report  # odd-sized staging copies
     for name, want in plain.outputs.items():
@@ -163,3 +165,33 @@ def test_gelu_tanh_template_matches_registry_semantics():
         ulp = np.spacing(np.maximum(np.abs(want), 2.0**-14).astype(np.float16))
         tol = 2 * ulp.astype(np.float64) + np.abs(x.astype(np.float64)) / 2 * 2.0**-23
         assert np.all(np.abs(got - want) <= tol)
+
+
+@pytest.mark.parametrize(
+    ("name", "seed"),
+    [("sqrt_f32_col_r13", 0), ("reciprocal_f16_col_r20", 1), ("add_f32_colscalar_r9", 2),
+     ("div_f16_col_r14", 0), ("sub_f32_colscalar_r30", 1), ("pow_f16_em0p5_col_r8", 2),
+     ("neg_f32_col_r1", 0)],
+)  # fmt: skip
+def test_column_form_matches_and_zeroes_pads(name, seed):
+    assert kernel_run(name, seed=seed)["ok"]
+
+
+def test_column_form_pad_not_zeroed_is_caught(tmp_path):
+    old = "  and64 $a6:7, $a6:7, $a12:13\n"
+    report = kernel_run("reciprocal_f16_col_r20", _mutant(tmp_path, "unary.S", old, "  fnop\n"))
+    assert not report["ok"]
+
+
+def test_column_jobs():
+    col, one = _view(5, 1, "f32", stride=8), _view(1, 1, "f32", stride=8)
+
+    def name(kind, *ins, attrs=()):
+        job = emulate_job(MapCall(0, kind, col, ins, attrs), lambda *a: 0x50000)
+        return None if job is None else job[0]
+
+    assert name("sqrt", col) == "sqrt_f32_col_r5"
+    assert name("add", one, col) == "add_f32_colscalar_r5"  # swapped: add commutes
+    assert name("sub", one, col) is None  # a scalar first operand of sub: modelled
+    assert name("div", col, one) == "div_f32_colscalar_r5"
+    assert name("pow", col, attrs=(("exponent", -1.0),)) == "pow_f32_em1_col_r5"

@@ -38,6 +38,8 @@ BROADCAST_TEMPLATE = TEMPLATE_DIR / "broadcast.S"
 #: unary.S operation codes (UN_OP)
 UNARY_OPS = {"tanh": 1, "sigmoid": 2, "sqrt": 3, "reciprocal": 4, "neg": 5, "pow": 6,
              "sub": 7, "div": 8}  # fmt: skip
+#: unary.S column form only (UN_COL): add and mul of [R, 1] columns
+COLUMN_OPS = {**UNARY_OPS, "add": 9, "mul": 10}
 #: pow exponents with device code: name tag -> (exponent, UN_POW code)
 POW_EXPONENTS = {"2": (2.0, 1), "3": (3.0, 2), "4": (4.0, 3), "0p5": (0.5, 4),
                  "m0p5": (-0.5, 5), "m1": (-1.0, 6), "m2": (-2.0, 7)}  # fmt: skip
@@ -46,6 +48,8 @@ MAX_ITEMS = 65530  # the workers divide by 6 exactly below 2**16
 _NAME = re.compile(
     r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|sub|div)_(?P<p>f16|f32)_n(?P<n>\d+)"
     r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)|gelu_tanh_f32_n(?P<tn>\d+)"
+    r"|(?P<ck>tanh|sigmoid|sqrt|reciprocal|neg|sub|div|add|mul|pow)_(?P<cp>f16|f32)"
+    r"(?:_e(?P<ce>2|3|4|0p5|m0p5|m1|m2))?_(?P<cform>col|colscalar)_r(?P<cr>\d+)"
     r"|(?P<bop>add|mul)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast)_r(?P<r>\d+)_c(?P<c>\d+))$"
 )
 
@@ -64,7 +68,7 @@ class UnaryUnit:
 
     @property
     def source(self) -> Path:
-        if self.form:
+        if self.form in ("colbcast", "scalarbcast"):
             return BROADCAST_TEMPLATE
         if self.kind == "gelu_tanh":
             return GELU_TANH_TEMPLATE
@@ -83,12 +87,26 @@ class UnaryUnit:
         return self.count // self.rows
 
     @property
+    def column(self) -> bool:
+        """unary.S column form: R rows of one element, 8 bytes apart."""
+        return self.form in ("col", "colscalar")
+
+    @property
     def inputs(self) -> int:
-        return 2 if self.form or self.kind in ("sub", "div") else 1
+        return 2 if self.form in ("colbcast", "scalarbcast") or self.kind in (
+            "sub", "div", "add", "mul") else 1  # fmt: skip
 
     def flags(self) -> list[str]:
         """The ``-D`` flags specialising the template to this unit."""
         f32 = ["-D{}_F32=1"] if self.dtype == "f32" else []
+        if self.column:
+            out = [f"-DUN_OP={COLUMN_OPS[self.kind]}", f"-DUN_ITEMS={self.rows}",
+                   f"-DUN_SYMBOL={self.entry}", "-DUN_COL=1"]  # fmt: skip
+            if self.form == "colscalar":
+                out.append("-DUN_B_STEP=0")
+            if self.kind == "pow":
+                out.append(f"-DUN_POW={POW_EXPONENTS[self.exponent][1]}")
+            return out + [x.format("UN") for x in f32]
         if self.form:
             atoms = self.cols * self.element_bytes // 8
             out = [f"-DBC_OP={1 if self.kind == 'add' else 2}", f"-DBC_ROWS={self.rows}",
@@ -112,9 +130,15 @@ class UnaryUnit:
         """A simulator call of this unit's shapes (its views are placeholders)."""
         eb = self.element_bytes
         rows, cols = (self.rows, self.cols) if self.form else (1, self.count)
-        full = View(Ref("a"), rows, cols, cols * eb, self.dtype)
+        stride = 8 if self.column else cols * eb
+        full = View(Ref("a"), rows, cols, stride, self.dtype)
         ins = [full]
-        if self.form:
+        if self.column:
+            if self.inputs == 2:
+                ins.append(
+                    View(Ref("b"), 1 if self.form == "colscalar" else rows, 1, 8, self.dtype)
+                )
+        elif self.form:
             ins.append(View(Ref("b"), rows if self.form == "colbcast" else 1, 1, 8, self.dtype))
         elif self.inputs == 2:
             ins.append(View(Ref("b"), rows, cols, cols * eb, self.dtype))
@@ -124,7 +148,7 @@ class UnaryUnit:
             attrs = (("approximate", "tanh"),)
         if self.kind == "pow":
             attrs = (("exponent", POW_EXPONENTS[self.exponent][0]),)
-        return MapCall(0, kind, View(Ref("o"), rows, cols, cols * eb, self.dtype),
+        return MapCall(0, kind, View(Ref("o"), rows, cols, stride, self.dtype),
                        tuple(ins), attrs)  # fmt: skip
 
     def reference(self, args: list[np.ndarray]) -> np.ndarray:
@@ -155,6 +179,15 @@ def parse_unary(name: str) -> UnaryUnit | None:
         if cols * unit.element_bytes // 8 > 0xFFFF:
             raise GraphError(f"unit {name}: {cols} columns out of range")
         return unit
+    if m["cform"]:
+        kind, binary = m["ck"], m["ck"] in ("sub", "div", "add", "mul")
+        if (kind == "pow") != bool(m["ce"]) or (m["cform"] == "colscalar" and not binary):
+            raise GraphError(f"unit {name}: pow takes an exponent, colscalar a binary kind")
+        unit = UnaryUnit(name, kind, m["cp"], int(m["cr"]), exponent=m["ce"] or "",
+                         rows=int(m["cr"]), form=m["cform"])  # fmt: skip
+        if not 1 <= unit.rows <= MAX_ITEMS:
+            raise GraphError(f"unit {name}: rows 1..{MAX_ITEMS}")
+        return unit
     if m["tn"]:
         unit = UnaryUnit(name, "gelu_tanh", "f32", int(m["tn"]))
     elif m["e"]:
@@ -184,7 +217,11 @@ def _operands(unit: UnaryUnit, rng: np.random.Generator) -> list[np.ndarray]:
     else:
         a = rng.uniform(-4, 4, n) if kind in ("tanh", "sigmoid", "neg") else rng.uniform(-2, 2, n)
     args = [a.astype(dtype)]
-    if unit.form:
+    if unit.column and unit.inputs == 2:
+        size = 1 if unit.form == "colscalar" else n
+        b = away_from_zero(size) if kind == "div" else rng.uniform(-2, 2, size)
+        args.append(b.astype(dtype))
+    elif unit.form in ("colbcast", "scalarbcast"):
         args.append(rng.uniform(-2, 2, unit.rows if unit.form == "colbcast" else 1).astype(dtype))
     elif unit.inputs == 2:
         b = away_from_zero(n) if kind == "div" else rng.uniform(-2, 2, n)
@@ -224,7 +261,7 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
 
     args = _operands(unit, rng)
     placer = _Placer()
-    nbytes = unit.count * unit.element_bytes
+    nbytes = unit.rows * 8 if unit.column else unit.count * unit.element_bytes
     tile = Tile(program)
     modelled = costs.map_call_cycles(unit.call())
     tile.max_cycles = 200_000 + 40 * modelled
@@ -233,7 +270,9 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
     regs = {2: out_at, 11: STACK_TOP}
     for i, a in enumerate(args):
         raw = a.view(np.uint8)
-        if unit.form == "colbcast":  # one value per 8-byte row of the staged column
+        if unit.column:  # one element per 8-byte row, zero pads (clean padded storage)
+            raw = _rows8(raw, unit.element_bytes)
+        elif unit.form == "colbcast":  # one value per 8-byte row of the staged column
             if i == 1:
                 padded = np.zeros((unit.rows, 8), np.uint8)
                 padded[:, : unit.element_bytes] = raw.reshape(unit.rows, -1)
@@ -243,9 +282,24 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
         regs[3 + i] = placer.take("standard", raw.size, packed=True)
         tile.mem.write(regs[3 + i], raw, 8)
     result = tile.call(unit.entry, regs)
-    got = tile.mem.read(out_at, nbytes, 8).view(args[0].dtype).copy()
-    return {"entry": unit.entry, "elements": unit.count, **check(unit, args, got),
+    if unit.column:  # the pads must come out as zeros
+        raw = tile.mem.read(out_at, unit.rows * 8, 8).reshape(unit.rows, 8)
+        got = raw[:, : unit.element_bytes].copy().reshape(-1).view(args[0].dtype)
+        report = check(unit, args, got)
+        if raw[:, unit.element_bytes :].any():
+            report["ok"], report["pad_error"] = False, "row pads not written as zeros"
+    else:
+        got = tile.mem.read(out_at, nbytes, 8).view(args[0].dtype).copy()
+        report = check(unit, args, got)
+    return {"entry": unit.entry, "elements": unit.count, **report,
             "emulated_cycles": result.cycles, "modelled_cycles": modelled}  # fmt: skip
+
+
+def _rows8(raw: np.ndarray, element_bytes: int) -> np.ndarray:
+    """Elements (bytes) laid out one per 8-byte row, pads zero."""
+    rows = np.zeros((raw.size // element_bytes, 8), np.uint8)
+    rows[:, :element_bytes] = raw.reshape(-1, element_bytes)
+    return rows.reshape(-1)
 
 
 # -- run --kernels emulate -----------------------------------------------------------------------
@@ -260,6 +314,8 @@ def emulate_job(call: MapCall, address: Any) -> tuple | None:
         return None
     eb = 2 if out.dtype == "f16" else 4
     n = out.rows * out.cols
+    if out.cols == 1 and call.kind in COLUMN_OPS:
+        return _one_column_job(call, address)
     if call.kind in ("add", "mul"):
         return _column_job(call, address, eb)
     if not _contiguous(out, eb) or out.stride * out.rows != n * eb:
@@ -326,4 +382,33 @@ def _column_job(call: MapCall, address: Any, eb: int) -> tuple | None:
             3: address(a.ref, size, 8, f"{call.kind} operand"),
             4: address(b.ref, eb if form == "scalarbcast" else out.rows * 8, 2,
                        f"{call.kind} column")}  # fmt: skip
+    return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+
+
+def _one_column_job(call: MapCall, address: Any) -> tuple | None:
+    """unary.S column form: [R, 1] operands staged one element per 8-byte row (b may be a
+    [1, 1] scalar; a scalar first operand of add/mul is swapped, of sub/div stays modelled)."""
+    out, ins = call.out, list(call.inputs)
+    if out.stride != 8 or any(v.cols != 1 or v.stride != 8 for v in ins):
+        return None
+    if len(ins) == 2 and ins[0].rows != out.rows and call.kind in ("add", "mul"):
+        ins.reverse()
+    if ins[0].rows != out.rows or (len(ins) == 2 and ins[1].rows not in (1, out.rows)):
+        return None
+    scalar = len(ins) == 2 and ins[1].rows == 1 and out.rows > 1
+    form = "colscalar" if scalar else "col"
+    exponent = ""
+    if call.kind == "pow":
+        e = float(call.attr("exponent"))
+        tags = [tag for tag, (value, _) in POW_EXPONENTS.items() if value == e]
+        if not tags:
+            return None
+        exponent = f"_e{tags[0]}"
+    if (len(ins) == 2) != (call.kind in ("add", "mul", "sub", "div")):
+        return None
+    unit = parse_unary(f"{call.kind}_{out.dtype}{exponent}_{form}_r{out.rows}")
+    assert unit is not None
+    regs = {2: address(out.ref, out.rows * 8, 8, f"{call.kind} output")}
+    for i, v in enumerate(ins):
+        regs[3 + i] = address(v.ref, v.rows * 8, 8, f"{call.kind} operand {i}")
     return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs

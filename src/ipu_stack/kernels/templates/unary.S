@@ -13,6 +13,10 @@
 //   UN_ITEMS   pairs of elements (N / 2)
 //   UN_F32     f32 data (64-bit items), else f16 (32-bit items, widened to f32)
 //   UN_SYMBOL  the entry symbol
+//   UN_COL     column form: UN_ITEMS rows of ONE element, rows 8 bytes apart (an [R, 1] view
+//              as the lowering stages it); the pad of each row is written as zeros. Names
+//              {kind}_{f16|f32}_col_r{R} (unary, and add/mul/sub/div of two columns) and
+//              {add|mul|sub|div}_{f16|f32}_colscalar_r{R} (b a [1, 1] scalar: UN_B_STEP 0)
 // ABI (supervisor, like the map kernels): $m2 output, $m3 input (sub/div: $m3 a, $m4 b), all
 // 8-byte aligned; $m10 return address, $m11 stack. Worker w handles items w, w + 6, ...
 #include "ipu21_tile.h"
@@ -26,18 +30,30 @@
 #ifndef UN_POW
 #define UN_POW 0
 #endif
+#ifndef UN_COL
+#define UN_COL 0
+#endif
+#ifndef UN_B_STEP
+#define UN_B_STEP 1
+#endif
 
  .set ITEMS, UN_ITEMS
-#if UN_F32
+#if UN_F32 || UN_COL
  .set ITEM_BYTES, 8
 #else
  .set ITEM_BYTES, 4
+#endif
+#if UN_F32
+ .set LANE_MASK, 0xFFFFFFFF    // column form: keep lane 0 of the pair, zero the pad
+#else
+ .set LANE_MASK, 0xFFFF
 #endif
  .set FRAME_OUT, 0
  .set FRAME_A, 1
  .set FRAME_B, 2
  .set FRAME_K, 2               // 64-bit slot 2: the constant pair (1, 1) or (-1, -1)
- .set FRAME_BYTES, 24
+ .set FRAME_MASK, 3            // 64-bit slot 3: (LANE_MASK, 0), the column form's store mask
+ .set FRAME_BYTES, 32
 #if UN_OP == 5
  .set K_BITS, 0xBF800000       // -1: neg multiplies
 #else
@@ -58,6 +74,13 @@ UN_SYMBOL:
  shl $m6, $m6, 12
  st32 $m6, $m11, $mzero, 2 * FRAME_K
  st32 $m6, $m11, $mzero, 2 * FRAME_K + 1
+#if UN_COL
+ setzi $m6, LANE_MASK >> 12
+ shl $m6, $m6, 12
+ or $m6, $m6, LANE_MASK & 0xFFF
+ st32 $m6, $m11, $mzero, 2 * FRAME_MASK
+ st32 $mzero, $m11, $mzero, 2 * FRAME_MASK + 1
+#endif
  setzi $m6, .Lun_worker
  runall $m6, $m11, 0
  sync SYNC_ZONE_LOCAL
@@ -109,6 +132,16 @@ UN_SYMBOL:
  }
 #elif UN_OP == 8
  DIV2 $a4, $a5, $a0, $a1, $a2, $a3
+#elif UN_OP == 9
+ {
+  nop
+  f32v2add $a4:5, $a0:1, $a2:3
+ }
+#elif UN_OP == 10
+ {
+  nop
+  f32v2mul $a4:5, $a0:1, $a2:3
+ }
 #elif UN_OP == 6 && (UN_POW == 1 || UN_POW == 2 || UN_POW == 3 || UN_POW == 7)
  {
   nop
@@ -156,6 +189,72 @@ UN_SYMBOL:
  ld32 $m2, $mvertex_base, $mzero, FRAME_B
  ld64 $a14:15, $mvertex_base, $mzero, FRAME_K
  mul $m4, $m0, ITEM_BYTES
+#if UN_COL
+ ld64 $a12:13, $mvertex_base, $mzero, FRAME_MASK
+ mul $m7, $m0, 8 * UN_B_STEP   // b offset: its own walk (0 for a scalar b)
+ .p2align 3
+ {
+  rpt $m5, (.Lun_col_end - .Lun_col_start) / 8 - 1
+  fnop
+ }
+.Lun_col_start:
+#if UN_F32
+ {
+  ld64step $a0:1, $m1, $m4+=, 0
+  fnop
+ }
+#if UN_OP >= 7
+ {
+  ld64step $a2:3, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP
+  fnop
+ }
+#endif
+ FUNCTION
+ {
+  nop
+  and64 $a4:5, $a4:5, $a12:13
+ }
+ {
+  st64step $a4:5, $m3, $m4+=, WORKER_CONTEXTS
+  fnop
+ }
+#else
+ {
+  ld64step $a6:7, $m1, $m4+=, 0
+  fnop
+ }
+#if UN_OP >= 7
+ {
+  ld64step $a8:9, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP
+  f16v2tof32 $a0:1, $a6
+ }
+ {
+  nop
+  f16v2tof32 $a2:3, $a8
+ }
+#else
+ {
+  nop
+  f16v2tof32 $a0:1, $a6
+ }
+#endif
+ FUNCTION
+ {
+  nop
+  f32v2tof16 $a6, $a4:5
+ }
+ {
+  nop
+  and64 $a6:7, $a6:7, $a12:13
+ }
+ {
+  st64step $a6:7, $m3, $m4+=, WORKER_CONTEXTS
+  fnop
+ }
+#endif
+.Lun_col_end:
+ exitz $mzero
+#endif
  .p2align 3
  {
   rpt $m5, (.Lun_end - .Lun_start) / 8 - 1
