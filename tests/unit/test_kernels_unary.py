@@ -23,6 +23,9 @@ UNITS = [
     ("div_f32_n30", 3), ("pow_f16_e3_n40", 0), ("pow_f32_em0p5_n22", 1), ("pow_f32_e4_n18", 2),
     ("pow_f16_em2_n44", 3), ("add_f16_colbcast_r13_c16", 0), ("mul_f32_colbcast_r8_c6", 1),
     ("add_f32_scalarbcast_r7_c10", 2), ("mul_f16_scalarbcast_r9_c12", 0),
+    ("sub_f16_colbcast_r20_c16", 1), ("rdiv_f32_colbcast_r9_c6", 2),
+    ("div_f16_rowbcast_r13_c16", 0), ("rsub_f32_scalarbcast_r7_c10", 1),
+    ("div_f32_scalarbcast_r7_c10", 3), ("rdiv_f16_rowbcast_r8_c12", 2),
 ]  # fmt: skip
 
 
@@ -109,6 +112,9 @@ def test_emulate_job_mapping():
         "mul_f16_scalarbcast_r4_c16"
     )
     assert name(MapCall(0, "add", out, (out, out))) is None  # equal shapes: units.py
+    assert name(MapCall(0, "add", out, (out, _view(1, 16)))) is None  # rows: units.py
+    assert name(MapCall(0, "sub", out, (_view(1, 16), out))) == "rsub_f16_rowbcast_r4_c16"
+    assert name(MapCall(0, "div", out, (out, _view(4, 1, stride=8)))) == ("div_f16_colbcast_r4_c16")
     padded = _view(4, 3, stride=8)
     assert name(MapCall(0, "tanh", padded, (padded,))) is None
 
@@ -120,11 +126,13 @@ def test_emulated_run_of_unary_graph():
     c = g.reciprocal(g.sqrt(g.add(g.mul(c, c), g.host_input("e", (1, 1), "f16"))))  # [R, 1]
     h = g.gelu(g.add(x, c))
     t = g.sub(g.tanh(h), g.mul(g.sigmoid(x), c))
+    t = g.div(g.sub(t, c), g.add(g.sub(c, g.tanh(x)), g.host_input("three", (32,), "f16")))
     g.set_outputs(g.div(t, g.pow(g.sqrt(g.host_input("p", (12, 32), "f16")), 2.0)))
     built = build(g, BuildConfig(tiles=3))
     rng = np.random.default_rng(4)
     feeds = {"x": rng.uniform(-3, 3, (12, 32)), "c": rng.uniform(-1, 1, (12, 1)),
-             "p": rng.uniform(0.5, 2, (12, 32)), "e": np.full((1, 1), 0.25)}  # fmt: skip
+             "p": rng.uniform(0.5, 2, (12, 32)), "e": np.full((1, 1), 0.25),
+             "three": np.full(32, 3.0)}  # fmt: skip
     feeds = {k: v.astype(np.float16) for k, v in feeds.items()}
     plain = SimDevice().run(built.program, built.placement, built.schedules, feeds)
     device = SimDevice()
@@ -134,7 +142,8 @@ def test_emulated_run_of_unary_graph():
     units = report["emulated_units"]
     for prefix in ("gelu_f16", "tanh_f16", "sigmoid_f16", "sub_f16", "div_f16", "sqrt_f16",
                    "pow_f16_e2", "add_f16_colbcast", "mul_f16_colbcast", "sqrt_f16_col",
-                   "reciprocal_f16_col", "mul_f16_col", "add_f16_colscalar"):  # fmt: skip
+                   "reciprocal_f16_col", "mul_f16_col", "add_f16_colscalar",
+                   "sub_f16_colbcast", "rsub_f16_colbcast"):  # fmt: skip
         assert any(u.startswith(prefix) for u in units), (prefix, report)
     assert set(report["modelled_only"]) <= {"CopyCall"}, report  # odd-sized staging copies
     for name, want in plain.outputs.items():

@@ -50,7 +50,8 @@ _NAME = re.compile(
     r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)|gelu_tanh_f32_n(?P<tn>\d+)"
     r"|(?P<ck>tanh|sigmoid|sqrt|reciprocal|neg|sub|div|add|mul|pow)_(?P<cp>f16|f32)"
     r"(?:_e(?P<ce>2|3|4|0p5|m0p5|m1|m2))?_(?P<cform>col|colscalar)_r(?P<cr>\d+)"
-    r"|(?P<bop>add|mul)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast)_r(?P<r>\d+)_c(?P<c>\d+))$"
+    r"|(?P<bop>add|mul|r?sub|r?div)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast|rowbcast)"
+    r"_r(?P<r>\d+)_c(?P<c>\d+))$"
 )
 
 
@@ -64,11 +65,17 @@ class UnaryUnit:
     count: int  # elements (rows * cols for the broadcast forms)
     exponent: str = ""  # pow: a POW_EXPONENTS tag
     rows: int = 1  # broadcast forms
-    form: str = ""  # colbcast | scalarbcast | "" (elementwise)
+    form: str = ""  # colbcast | scalarbcast | rowbcast | col | colscalar | "" (elementwise)
+    swap: bool = False  # broadcast forms: the broadcast operand comes first (rsub, rdiv)
+
+    @property
+    def broadcast(self) -> bool:
+        """broadcast.S forms: an [R, C] operand with a column, scalar or row vector."""
+        return self.form in ("colbcast", "scalarbcast", "rowbcast")
 
     @property
     def source(self) -> Path:
-        if self.form in ("colbcast", "scalarbcast"):
+        if self.broadcast:
             return BROADCAST_TEMPLATE
         if self.kind == "gelu_tanh":
             return GELU_TANH_TEMPLATE
@@ -93,7 +100,7 @@ class UnaryUnit:
 
     @property
     def inputs(self) -> int:
-        return 2 if self.form in ("colbcast", "scalarbcast") or self.kind in (
+        return 2 if self.broadcast or self.kind in (
             "sub", "div", "add", "mul") else 1  # fmt: skip
 
     def flags(self) -> list[str]:
@@ -107,11 +114,15 @@ class UnaryUnit:
             if self.kind == "pow":
                 out.append(f"-DUN_POW={POW_EXPONENTS[self.exponent][1]}")
             return out + [x.format("UN") for x in f32]
-        if self.form:
+        if self.broadcast:
             atoms = self.cols * self.element_bytes // 8
-            out = [f"-DBC_OP={1 if self.kind == 'add' else 2}", f"-DBC_ROWS={self.rows}",
-                   f"-DBC_ATOMS={atoms}", f"-DBC_SYMBOL={self.entry}", "-DBC_COLUMN=1",
-                   f"-DBC_COL_STEP={0 if self.form == 'scalarbcast' else 1}"]  # fmt: skip
+            code = {"add": 1, "mul": 2, "sub": 3, "div": 4}[self.kind]
+            out = [f"-DBC_OP={code}", f"-DBC_ROWS={self.rows}", f"-DBC_ATOMS={atoms}",
+                   f"-DBC_SYMBOL={self.entry}"]  # fmt: skip
+            if self.form != "rowbcast":
+                out += ["-DBC_COLUMN=1", f"-DBC_COL_STEP={int(self.form == 'colbcast')}"]
+            if self.swap:
+                out.append("-DBC_SWAP=1")
             return out + [x.format("BC") for x in f32]
         items = self.count // 2
         if self.kind == "gelu_tanh":  # f32 only here (f16: units.py gelu_tanh_f16_nN)
@@ -138,10 +149,14 @@ class UnaryUnit:
                 ins.append(
                     View(Ref("b"), 1 if self.form == "colscalar" else rows, 1, 8, self.dtype)
                 )
+        elif self.form == "rowbcast":
+            ins.append(View(Ref("b"), 1, cols, cols * eb, self.dtype))
         elif self.form:
             ins.append(View(Ref("b"), rows if self.form == "colbcast" else 1, 1, 8, self.dtype))
         elif self.inputs == 2:
             ins.append(View(Ref("b"), rows, cols, cols * eb, self.dtype))
+        if self.swap:
+            ins.reverse()
         attrs: tuple[tuple[str, float | int | bool | str], ...] = ()
         kind = "gelu" if self.kind == "gelu_tanh" else self.kind
         if kind != self.kind:
@@ -156,6 +171,7 @@ class UnaryUnit:
         from ipu_stack.runtime.sim import map_semantics
 
         call = self.call()
+        args = args[::-1] if self.swap else args  # args: the full operand first
         shaped = [a.reshape(v.rows, v.cols) for a, v in zip(args, call.inputs, strict=True)]
         with np.errstate(all="ignore"):
             r = map_semantics(call, shaped)
@@ -172,8 +188,11 @@ def parse_unary(name: str) -> UnaryUnit | None:
     if not m:
         return None
     if m["bop"]:
+        if m["bop"] in ("add", "mul") and m["form"] == "rowbcast":
+            return None  # kernels/units.py
         rows, cols = int(m["r"]), int(m["c"])
-        unit = UnaryUnit(name, m["bop"], m["bp"], rows * cols, rows=rows, form=m["form"])
+        op, swap = m["bop"].lstrip("r"), m["bop"].startswith("r")
+        unit = UnaryUnit(name, op, m["bp"], rows * cols, rows=rows, form=m["form"], swap=swap)
         if not 1 <= rows <= MAX_ITEMS or cols <= 0 or (cols * unit.element_bytes) % 8:
             raise GraphError(f"unit {name}: rows 1..{MAX_ITEMS}, rows of a multiple of 8 bytes")
         if cols * unit.element_bytes // 8 > 0xFFFF:
@@ -221,8 +240,12 @@ def _operands(unit: UnaryUnit, rng: np.random.Generator) -> list[np.ndarray]:
         size = 1 if unit.form == "colscalar" else n
         b = away_from_zero(size) if kind == "div" else rng.uniform(-2, 2, size)
         args.append(b.astype(dtype))
-    elif unit.form in ("colbcast", "scalarbcast"):
-        args.append(rng.uniform(-2, 2, unit.rows if unit.form == "colbcast" else 1).astype(dtype))
+    elif unit.broadcast:
+        size = {"colbcast": unit.rows, "scalarbcast": 1, "rowbcast": unit.cols}[unit.form]
+        b = away_from_zero(size) if kind == "div" and not unit.swap else rng.uniform(-2, 2, size)
+        args.append(b.astype(dtype))
+        if kind == "div" and unit.swap:
+            args[0] = away_from_zero(n).astype(dtype)
     elif unit.inputs == 2:
         b = away_from_zero(n) if kind == "div" else rng.uniform(-2, 2, n)
         args.append(b.astype(dtype))
@@ -316,8 +339,10 @@ def emulate_job(call: MapCall, address: Any) -> tuple | None:
     n = out.rows * out.cols
     if out.cols == 1 and call.kind in COLUMN_OPS:
         return _one_column_job(call, address)
+    if call.kind in ("add", "mul", "sub", "div") and (job := _broadcast_job(call, address, eb)):
+        return job
     if call.kind in ("add", "mul"):
-        return _column_job(call, address, eb)
+        return None  # equal shapes and row vectors: runtime/emulate.py (kernels/units.py)
     if not _contiguous(out, eb) or out.stride * out.rows != n * eb:
         return None  # padded rows: their pads must be zeros, which f(0) may not give
     if any((v.rows, v.cols) != (out.rows, out.cols) or v.stride != out.stride
@@ -359,29 +384,36 @@ def _elementwise_name(call: MapCall, p: str, n: int) -> str | None:
     return None
 
 
-def _column_job(call: MapCall, address: Any, eb: int) -> tuple | None:
-    """add/mul of an [R, C] operand and an [R, 1] column or a [1, 1] scalar (either order)."""
-    out = call.out
-    if len(call.inputs) != 2 or out.cols == 1:
+def _broadcast_job(call: MapCall, address: Any, eb: int) -> tuple | None:
+    """broadcast.S: an [R, C] operand with an [R, 1] column, a [1, 1] scalar or (sub, div) a
+    [1, C] row vector, in either order (sub/div with the broadcast operand first: rsub, rdiv)."""
+    out, ins = call.out, call.inputs
+    if len(ins) != 2 or out.cols == 1:
         return None
-    full = [v for v in call.inputs if (v.rows, v.cols) == (out.rows, out.cols)]
-    col = [v for v in call.inputs if v.cols == 1 and v.rows in (1, out.rows)]
-    if len(full) != 1 or len(col) != 1:
+    full = [i for i, v in enumerate(ins) if (v.rows, v.cols) == (out.rows, out.cols)]
+    if len(full) != 1:
         return None
-    a, b = full[0], col[0]
+    a, b = ins[full[0]], ins[1 - full[0]]
     if (out.cols * eb) % 8 or a.stride != out.cols * eb or out.stride != out.cols * eb:
         return None
-    scalar = b.rows == 1 and out.rows > 1
-    if not scalar and b.stride != 8:
-        return None
-    form = "scalarbcast" if scalar or out.rows == 1 else "colbcast"
-    unit = parse_unary(f"{call.kind}_{out.dtype}_{form}_r{out.rows}_c{out.cols}")
+    if b.cols == 1 and b.rows in (1, out.rows):
+        form = "scalarbcast" if b.rows == 1 else "colbcast"
+        if form == "colbcast" and b.stride != 8:
+            return None
+        b_bytes = eb if form == "scalarbcast" else out.rows * 8
+    elif b.rows == 1 and b.cols == out.cols and call.kind in ("sub", "div"):
+        form, b_bytes = "rowbcast", out.cols * eb
+    else:
+        return None  # add/mul with a row vector: runtime/emulate.py (kernels/units.py)
+    swap = full[0] == 1 and call.kind in ("sub", "div")
+    unit = parse_unary(f"{'r' if swap else ''}{call.kind}_{out.dtype}_{form}_r{out.rows}"
+                       f"_c{out.cols}")  # fmt: skip
     assert unit is not None
     size = out.rows * out.cols * eb
     regs = {2: address(out.ref, size, 8, f"{call.kind} output"),
             3: address(a.ref, size, 8, f"{call.kind} operand"),
-            4: address(b.ref, eb if form == "scalarbcast" else out.rows * 8, 2,
-                       f"{call.kind} column")}  # fmt: skip
+            4: address(b.ref, b_bytes, 2 if form != "rowbcast" else 8,
+                       f"{call.kind} broadcast operand")}  # fmt: skip
     return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
 
 
