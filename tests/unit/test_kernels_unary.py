@@ -115,6 +115,9 @@ def test_emulate_job_mapping():
     assert name(MapCall(0, "add", out, (out, _view(1, 16)))) is None  # rows: units.py
     assert name(MapCall(0, "sub", out, (_view(1, 16), out))) == "rsub_f16_rowbcast_r4_c16"
     assert name(MapCall(0, "div", out, (out, _view(4, 1, stride=8)))) == ("div_f16_colbcast_r4_c16")
+    huge = _view(2048, 128)  # 262,144 elements: beyond the templates' item count
+    assert name(MapCall(0, "gelu", huge, (huge,))) is None
+    assert name(MapCall(0, "gelu", huge, (huge,), (("approximate", "tanh"),))) is None
     padded = _view(4, 3, stride=8)
     assert name(MapCall(0, "tanh", padded, (padded,))) is None
 

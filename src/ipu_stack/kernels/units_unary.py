@@ -354,12 +354,16 @@ def emulate_job(call: MapCall, address: Any) -> tuple | None:
     if name.startswith("gelu_tanh_f16"):
         from ipu_stack.kernels.units import parse_unit
 
-        tanh_unit = parse_unit(name)
+        try:
+            tanh_unit = parse_unit(name)
+        except GraphError:
+            return None
         regs = {2: address(out.ref, n * eb, 8, "gelu output"),
                 3: address(call.inputs[0].ref, n * eb, 8, "gelu input")}  # fmt: skip
         return name, tanh_unit.source, tuple(tanh_unit.flags()), tanh_unit.entry, regs
-    unit = parse_unary(name)
-    assert unit is not None
+    unit = _parse_or_none(name)
+    if unit is None:
+        return None
     regs = {2 + i: address(v.ref, n * eb, 8, f"{call.kind} operand {i}")
             for i, v in enumerate((out, *call.inputs))}  # fmt: skip
     return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
@@ -406,9 +410,10 @@ def _broadcast_job(call: MapCall, address: Any, eb: int) -> tuple | None:
     else:
         return None  # add/mul with a row vector: runtime/emulate.py (kernels/units.py)
     swap = full[0] == 1 and call.kind in ("sub", "div")
-    unit = parse_unary(f"{'r' if swap else ''}{call.kind}_{out.dtype}_{form}_r{out.rows}"
+    unit = _parse_or_none(f"{'r' if swap else ''}{call.kind}_{out.dtype}_{form}_r{out.rows}"
                        f"_c{out.cols}")  # fmt: skip
-    assert unit is not None
+    if unit is None:
+        return None
     size = out.rows * out.cols * eb
     regs = {2: address(out.ref, size, 8, f"{call.kind} output"),
             3: address(a.ref, size, 8, f"{call.kind} operand"),
@@ -438,9 +443,18 @@ def _one_column_job(call: MapCall, address: Any) -> tuple | None:
         exponent = f"_e{tags[0]}"
     if (len(ins) == 2) != (call.kind in ("add", "mul", "sub", "div")):
         return None
-    unit = parse_unary(f"{call.kind}_{out.dtype}{exponent}_{form}_r{out.rows}")
-    assert unit is not None
+    unit = _parse_or_none(f"{call.kind}_{out.dtype}{exponent}_{form}_r{out.rows}")
+    if unit is None:
+        return None
     regs = {2: address(out.ref, out.rows * 8, 8, f"{call.kind} output")}
     for i, v in enumerate(ins):
         regs[3 + i] = address(v.ref, v.rows * 8, 8, f"{call.kind} operand {i}")
     return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+
+
+def _parse_or_none(name: str) -> UnaryUnit | None:
+    """The unit, or None when its size is beyond the template (the call stays modelled)."""
+    try:
+        return parse_unary(name)
+    except GraphError:
+        return None
