@@ -45,6 +45,7 @@ class EmulatedKernels:
 
         ``address(ref, size, alignment, what)`` is the simulator's checked address of a ref.
         """
+        self._tile_mem = tile_mem  # units_unary checks the zero pads of padded inputs
         job = self._unit(call, address)
         if job is None:
             kind = call.kind if isinstance(call, MapCall) else type(call).__name__
@@ -112,7 +113,9 @@ class EmulatedKernels:
             else:
                 regs.update({3 + i: a for i, a in enumerate(inputs)})
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
-        if isinstance(call, MapCall) and (job := units_unary.emulate_job(call, address)):
+        if isinstance(call, MapCall) and (
+            job := units_unary.emulate_job(call, address, getattr(self, "_tile_mem", None))
+        ):
             return job  # GeLU (erf, tanh), unary, sub/div, column and scalar broadcast forms
         if isinstance(call, MapCall) and call.kind == "cast":
             src, out = call.inputs[0], call.out
