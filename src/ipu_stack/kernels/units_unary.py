@@ -1,15 +1,20 @@
-"""Unary, binary and column-broadcast elementwise units: names, flags, semantics, kernel-run.
+"""Unary, binary and broadcast elementwise units: names, flags, semantics, kernel-run.
 
 Unit names (N elements, even; R rows of C columns):
 
 - ``gelu_{f16|f32}_n{N}``: exact (erf) GeLU, ``templates/gelu_erf.S``;
-- ``{tanh|sigmoid|sqrt|reciprocal|neg}_{f16|f32}_n{N}`` and ``pow_{f16|f32}_e{E}_n{N}`` with
-  E one of ``2 3 4 0p5 m0p5 m1 m2`` (the exponents 2, 3, 4, 0.5, -0.5, -1, -2):
+  ``gelu_tanh_f32_n{N}``: tanh GeLU in F32, ``templates/gelu_tanh.S`` (F16:
+  ``gelu_tanh_f16_n{N}`` of :mod:`ipu_stack.kernels.units`);
+- ``{tanh|sigmoid|sqrt|reciprocal|neg|sub|div}_{f16|f32}_n{N}`` and ``pow_{f16|f32}_e{E}_n{N}``
+  with E one of ``2 3 4 0p5 m0p5 m1 m2`` (the exponents 2, 3, 4, 0.5, -0.5, -1, -2):
   ``templates/unary.S``;
-- ``{sub|div}_{f16|f32}_n{N}`` (equal shapes): ``templates/unary.S``;
-- ``{add|mul}_{f16|f32}_{colbcast|scalarbcast}_r{R}_c{C}``: an [R, C] operand with an [R, 1]
-  column (one value per row, rows 8 bytes apart as the lowering stages them) or a [1, 1]
-  scalar: ``templates/broadcast.S`` (C * element bytes a multiple of 8).
+- column form of unary.S, [R, 1] operands staged one element per 8-byte row, pads written as
+  zeros: ``{kind}_{f16|f32}[_e{E}]_col_r{R}`` (the kinds above and add/mul/sub/div of two
+  columns) and ``{add|mul|sub|div}_{f16|f32}_colscalar_r{R}`` (the second operand [1, 1]);
+- ``{add|mul|sub|div|rsub|rdiv}_{f16|f32}_{colbcast|scalarbcast}_r{R}_c{C}`` and
+  ``{sub|div|rsub|rdiv}_{f16|f32}_rowbcast_r{R}_c{C}``: an [R, C] operand with an [R, 1]
+  column (rows 8 bytes apart), a [1, 1] scalar or a [1, C] row; ``r``: the broadcast operand
+  comes first. ``templates/broadcast.S`` (C * element bytes a multiple of 8).
 
 The semantics are the registry's own, evaluated through :func:`ipu_stack.runtime.sim.
 map_semantics` on a :class:`MapCall` of the unit's shapes (f32 arithmetic rounded once to the
