@@ -559,6 +559,8 @@ MUTANTS += [
     (UN, "div_f32_col_r14", "column b walks one atom short", "ld64step $a2:3, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP", "ld64step $a2:3, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP - 1", 0),
     (BC, "rdiv_f16_rowbcast_r8_c12", "rdiv divides the wrong way", "F32DIV $a6, $a7, $a8, $a9, $a6, $a7", "F32DIV $a6, $a7, $a6, $a7, $a8, $a9", 0),
     (BC, "div_f32_rowbcast_r20_c32", "div lane 1 by lane 0's divisor", " F32DIV \\d0, \\d1, \\x0, \\x1, \\y0, \\y1", " F32DIV \\d0, \\d1, \\x0, \\x1, \\y0, \\y0", 0),
+    (GE, "gelu_f32_n100", "frame 8 bytes short (writes the caller's stack)", " .set FRAME_BYTES, 208", " .set FRAME_BYTES, 200", 0),
+    (UN, "sqrt_f32_n98", "one item too many (writes past the output)", "add $m5, $m5, ITEMS + WORKER_CONTEXTS - 1", "add $m5, $m5, ITEMS + WORKER_CONTEXTS", 0),
     (UN, "tanh_f16_n200", "tanh of lane 0 twice", "LANES2 f32tanh, $a4, $a5, $a0, $a1", "LANES2 f32tanh, $a4, $a5, $a0, $a0", 0),
     (UN, "sub_f32_n100", "sub operands swapped", "f32v2sub $a4:5, $a0:1, $a2:3", "f32v2sub $a4:5, $a2:3, $a0:1", 0),
     (UN, "div_f16_n200", "divisor read from the dividend", "ld32step $a7, $m2, $m4+=, 0", "ld32step $a7, $m1, $m4+=, 0", 0),

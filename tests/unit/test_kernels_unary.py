@@ -245,3 +245,16 @@ def test_padded_rows(kind):
     for name, want in plain.outputs.items():
         got = emulated.outputs[name]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=2e-7 * np.abs(want).max())
+
+
+def test_writes_outside_the_output_are_caught(tmp_path):
+    """An extra item past the output, or a frame that spills into the caller's stack, leaves
+    the output right but writes memory the unit does not own: kernel-run reports it."""
+    over = "add $m5, $m5, ITEMS + WORKER_CONTEXTS - 1"
+    report = kernel_run("sqrt_f32_n98", _mutant(tmp_path, "unary.S", over, over[:-4]))
+    assert not report["ok"] and report["entries"][0]["clobbered"]
+    frame = " .set FRAME_BYTES, 208"
+    other = tmp_path / "frame"
+    other.mkdir()
+    report = kernel_run("gelu_f32_n20", _mutant(other, "gelu_erf.S", frame, frame[:-3] + "200"))
+    assert not report["ok"] and report["entries"][0]["clobbered"]

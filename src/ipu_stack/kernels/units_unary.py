@@ -49,6 +49,7 @@ COLUMN_OPS = {**UNARY_OPS, "add": 9, "mul": 10}
 POW_EXPONENTS = {"2": (2.0, 1), "3": (3.0, 2), "4": (4.0, 3), "0p5": (0.5, 4),
                  "m0p5": (-0.5, 5), "m1": (-1.0, 6), "m2": (-2.0, 7)}  # fmt: skip
 MAX_ITEMS = 65530  # the workers divide by 6 exactly below 2**16
+GUARD = 64  # kernel-run: bytes checked untouched before and after the output, above the stack
 
 _NAME = re.compile(
     r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|sub|div)_(?P<p>f16|f32)_n(?P<n>\d+)"
@@ -293,8 +294,12 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
     tile = Tile(program)
     modelled = costs.map_call_cycles(unit.call())
     tile.max_cycles = 200_000 + 40 * modelled
-    out_at = placer.take("standard", nbytes, packed=True)
-    tile.mem.write(out_at, rng.integers(0, 256, nbytes, dtype=np.uint8), 8)
+    # the output between two 64-byte guards; guards above the stack top (the caller's frame)
+    guarded = placer.take("standard", nbytes + 2 * GUARD, packed=True)
+    out_at = guarded + GUARD
+    tile.mem.write(guarded, rng.integers(0, 256, nbytes + 2 * GUARD, dtype=np.uint8), 8)
+    tile.mem.write(STACK_TOP, rng.integers(0, 256, GUARD, dtype=np.uint8), 8)
+    untouched = [(guarded, GUARD), (out_at + nbytes, GUARD), (STACK_TOP, GUARD)]
     regs = {2: out_at, 11: STACK_TOP}
     for i, a in enumerate(args):
         raw = a.view(np.uint8)
@@ -309,7 +314,11 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
             raw = np.concatenate([raw, np.zeros(8 - raw.size, np.uint8)])
         regs[3 + i] = placer.take("standard", raw.size, packed=True)
         tile.mem.write(regs[3 + i], raw, 8)
+        untouched.append((regs[3 + i], raw.size))
+    before = [tile.mem.read(at, size, 1).copy() for at, size in untouched]
     result = tile.call(unit.entry, regs)
+    clobbered = [f"{at:#x}+{size}" for (at, size), old in zip(untouched, before, strict=True)
+                 if not np.array_equal(tile.mem.read(at, size, 1), old)]  # fmt: skip
     if unit.column:  # the pads must come out as zeros
         raw = tile.mem.read(out_at, unit.rows * 8, 8).reshape(unit.rows, 8)
         got = raw[:, : unit.element_bytes].copy().reshape(-1).view(args[0].dtype)
@@ -319,6 +328,8 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
     else:
         got = tile.mem.read(out_at, nbytes, 8).view(args[0].dtype).copy()
         report = check(unit, args, got)
+    if clobbered:  # an input, a guard beside the output or the caller's stack was written
+        report["ok"], report["clobbered"] = False, clobbered
     return {"entry": unit.entry, "elements": unit.count, **report,
             "emulated_cycles": result.cycles, "modelled_cycles": modelled}  # fmt: skip
 
