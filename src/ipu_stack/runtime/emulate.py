@@ -2,10 +2,11 @@
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
 whose kernel has device code (F16/F8 GEMMs; contiguous add/mul of equal shapes or with a row
-vector; 8-byte copies and fills; reduce-add of up to 256 partials) runs its unit's assembly on
-:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
-GeLU, F8 casts, layer norm, softmax, attention, column-broadcast forms) keeps its NumPy
-semantics and is counted as ``modelled``. The simulator clock still advances by the cost model;
+vector; 8-byte copies and fills; reduce-add of up to 256 partials; GeLU, the unary kinds,
+sub/div and the column, scalar and [R, 1] forms of :mod:`ipu_stack.kernels.units_unary`) runs
+its unit's assembly on :class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any
+other call (F32 GEMM, F8 casts, layer norm, softmax, attention, ...) keeps its NumPy semantics
+and is counted as ``modelled``. The simulator clock still advances by the cost model;
 the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
 count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit
 the package lists.
