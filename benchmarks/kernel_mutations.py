@@ -792,6 +792,42 @@ def _source(root: Path, template: str, unit: str) -> Path:
     return root / ("softmax.S" if unit.startswith("softmax") else "layer_norm.S")
 
 
+# unary family (kernels/units_unary.py): exact GeLU, unary.S, the column form of broadcast.S
+GE = "gelu_erf.S"
+UN = "unary.S"
+MUTANTS += [
+    (GE, "gelu_f16_n200", "sign taken from the mask", "and64 $a6:7, $a2:3, $a14:15", "and64 $a6:7, $a4:5, $a14:15", 0),
+    (GE, "gelu_f32_n100", "central/tail compare swapped", "f32v2cmplt $a4:5, $a6:7, $a14:15", "f32v2cmplt $a4:5, $a14:15, $a6:7", 0),
+    (GE, "gelu_f16_n200", "tail Horner step dropped", " HORNER $a4:5, $a0:1, K_Q+5\n", "", 0),
+    (GE, "gelu_f32_n100", "central coefficient slot", "HORNER $a0:1, $a10:11, K_P+2", "HORNER $a0:1, $a10:11, K_P+3", 0),
+    (GE, "gelu_f16_n200", "exp of the wrong lane", "f32exp $a11, $a11", "f32exp $a11, $a10", 0),
+    (GE, "gelu_f16_n200", "output stride 5 items", "st32step $a0, $m3, $m4+=, WORKER_CONTEXTS", "st32step $a0, $m3, $m4+=, WORKER_CONTEXTS - 1", 0),
+    (GE, "gelu_f32_n100", "dropped sync before return", " sync SYNC_ZONE_LOCAL\n add $m11, $m11, FRAME_BYTES", " add $m11, $m11, FRAME_BYTES", 0),
+    (GE, "gelu_f32_n100", "tail clamp at the wrong constant", "f32v2min $a10:11, $a6:7, $a14:15", "f32v2min $a10:11, $a6:7, $a12:13", 0),
+    (GE, "gelu_f16_n200", "half constant replaced by one", "f32v2mul $a2:3, $a2:3, $a12:13         // x * 0.5", "f32v2mul $a2:3, $a2:3, $a14:15         // x * 0.5", 0),
+    (GE, "gelu_f32_n100", "z of lane 1 from lane 0", "f32div $a5, $a3, $a12", "f32div $a5, $a2, $a12", 0),
+    (GT, "gelu_tanh_f32_n100", "F32: 1 + tanh uses the half constant", "f32v2add $a6:7, $a14:15, $a6:7", "f32v2add $a6:7, $a12:13, $a6:7", 0),
+    (GT, "gelu_tanh_f32_n100", "F32: x^2 instead of x^3", "f32v2mul $a6:7, $a6:7, \\p\n", "f32v2mul $a6:7, $a6:7, $a14:15\n", 2),
+    (UN, "reciprocal_f16_col_r20", "column form: pads not masked", "  and64 $a6:7, $a6:7, $a12:13\n", "  fnop\n", 0),
+    (UN, "sub_f32_colscalar_r30", "scalar b starts at the worker's row", "mul $m7, $m0, 8 * UN_B_STEP", "mul $m7, $m0, 8", 0),
+    (UN, "div_f32_col_r14", "column b walks one atom short", "ld64step $a2:3, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP", "ld64step $a2:3, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP - 1", 0),
+    (BC, "rdiv_f16_rowbcast_r8_c12", "rdiv divides the wrong way", "F32DIV $a6, $a7, $a8, $a9, $a6, $a7", "F32DIV $a6, $a7, $a6, $a7, $a8, $a9", 0),
+    (BC, "div_f32_rowbcast_r20_c32", "div lane 1 by lane 0's divisor", " F32DIV \\d0, \\d1, \\x0, \\x1, \\y0, \\y1", " F32DIV \\d0, \\d1, \\x0, \\x1, \\y0, \\y0", 0),
+    (GE, "gelu_f32_n100", "frame 8 bytes short (writes the caller's stack)", " .set FRAME_BYTES, 208", " .set FRAME_BYTES, 200", 0),
+    (UN, "sqrt_f32_n98", "one item too many (writes past the output)", "add $m5, $m5, ITEMS + WORKER_CONTEXTS - 1", "add $m5, $m5, ITEMS + WORKER_CONTEXTS", 0),
+    (UN, "tanh_f16_n200", "tanh of lane 0 twice", "LANES2 f32tanh, $a4, $a5, $a0, $a1", "LANES2 f32tanh, $a4, $a5, $a0, $a0", 0),
+    (UN, "sub_f32_n100", "sub operands swapped", "f32v2sub $a4:5, $a0:1, $a2:3", "f32v2sub $a4:5, $a2:3, $a0:1", 0),
+    (UN, "div_f16_n200", "divisor read from the dividend", "ld32step $a7, $m2, $m4+=, 0", "ld32step $a7, $m1, $m4+=, 0", 0),
+    (UN, "pow_f32_e3_n100", "x^3 computed as x^4", "f32v2mul $a4:5, $a4:5, $a0:1           // x^2 x", "f32v2mul $a4:5, $a4:5, $a4:5           // x^2 x", 0),
+    (UN, "neg_f16_n200", "neg constant +1", ".set K_BITS, 0xBF800000", ".set K_BITS, 0x3F800000", 0),
+    (UN, "sigmoid_f32_n98", "worker item count one short", "add $m5, $m5, ITEMS + WORKER_CONTEXTS - 1", "add $m5, $m5, ITEMS + WORKER_CONTEXTS - 2", 0),
+    (BC, "add_f16_colbcast_r20_c64", "column not advanced per worker row", "add $m7, $m7, WORKER_CONTEXTS * 8 * BC_COL_STEP", "add $m7, $m7, 8 * BC_COL_STEP", 0),
+    (BC, "mul_f32_colbcast_r20_c32", "second lane from the next row", "ld32 $a3, $m2, $m7, 0", "ld32 $a3, $m2, $m7, 2", 0),
+    (BC, "mul_f16_colbcast_r20_c64", "column rows of one worker", "add $m6, $m6, ROW_BYTES * WORKER_CONTEXTS", "add $m6, $m6, ROW_BYTES", 0),
+    (BC, "add_f16_colbcast_r20_c64", "second pair from the pad", "ldb16 $a3, $m2, $m7, 0", "ldb16 $a3, $m2, $m7, 1", 0),
+]  # fmt: skip
+
+
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     start = -1
     for _ in range(occurrence + 1):

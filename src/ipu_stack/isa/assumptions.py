@@ -249,6 +249,49 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "f32max / f32v2max return NaN when an operand is NaN (as NumPy's maximum)",
         "assumed (the ISA text says only 'maximum')",
     ),
+    # -- unary / broadcast elementwise (isa/ops_unary.py) ------------------------------------
+    Assumption(
+        "compare_mask",
+        "0xffffffff / 0",
+        "f32v2cmpXX writes, per lane, all ones when the comparison holds and zero otherwise "
+        "(a NaN operand compares false except for cmpne), so and64/andc64/or64 select lanes",
+        "Tile Vertex ISA hover 'vector less-than test' (result format not stated); assumed",
+    ),
+    Assumption(
+        "vector_min_max_nan",
+        "propagate",
+        "f32v2min / f32v2max return NaN when either lane operand is NaN",
+        "assumed (the templates clamp values whose NaN reaches the output anyway)",
+    ),
+    Assumption(
+        "f32_divide_sqrt_rounding",
+        "ieee-nearest-even",
+        "f32div and f32sqrt return the correctly rounded IEEE result (nearest even)",
+        "Tile Vertex ISA hover 'floating-point division', 'square root' (accuracy not "
+        "stated); assumed",
+    ),
+    Assumption(
+        "exp_sigmoid_accuracy",
+        "exact-rounded-once",
+        "f32sigm returns the exact 1 / (1 + exp(-x)) rounded once to f32 (f32exp: see "
+        "f32exp_accuracy)",
+        "instructions in the Tile Vertex ISA hover list (no text); accuracy assumed",
+    ),
+    Assumption(
+        "scalar_function_issue",
+        1,
+        "f32div, f32sqrt, f32exp, f32sigm and f32tanh issue in one bundle like any aux "
+        "instruction, their result visible to the next bundle (latency hidden by the barrel)",
+        "assumed (their hardware latency is not public; emulated cycles of the GeLU, "
+        "sigmoid, sqrt and divide units are a lower bound)",
+    ),
+    Assumption(
+        "ldb16_offset_units",
+        "16-bit atoms",
+        "ldb16's immediate / register offset and ldb16step's increment count 16-bit atoms "
+        "(scaled to the access size like ld64step's 64-bit atoms)",
+        "Tile Vertex ISA hover ldb16step 'scaled to atom size'; the ldb16 offset scale assumed",
+    ),
 )
 
 _BY_KEY = {a.key: a for a in ASSUMPTIONS}

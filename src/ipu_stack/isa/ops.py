@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from ipu_stack.isa import assumptions
+from ipu_stack.isa.ops_unary import OPS_UNARY
 from ipu_stack.isa.program import Instr
 from ipu_stack.isa.state import (
     CSR_FP_INFMT,
@@ -444,3 +445,6 @@ CONTROL = {"br", "bri", "brz", "brnz", "rpt", "exitz", "sync", "run", "runall", 
 from ipu_stack.isa.ops_indexing import OPS as _INDEXING_OPS  # noqa: E402
 
 OPS.update(_INDEXING_OPS)
+# unary / broadcast elementwise templates (vector sub, min/max, compares, ARF bitwise logic,
+# f32div/f32sqrt/f32exp/f32sigm, ldb16): isa/ops_unary.py
+OPS.update(OPS_UNARY)

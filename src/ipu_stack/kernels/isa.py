@@ -126,6 +126,25 @@ _TABLE.update({
     "clz": _i(("m", "m"), source="Tile Vertex ISA clz"),
 })  # fmt: skip
 
+# unary / broadcast elementwise templates (unary.S, gelu_erf.S, broadcast.S columns): public
+# Tile Vertex ISA mnemonics (graphcore/ipu_assembly_support hover text); isa/ops_unary.py
+_VERTEX_ISA = "Tile Vertex ISA (ipu_assembly_support hover text)"
+_TABLE.update({
+    **{op: _i(("a2", "a2", "a2"), context=WORKER, source=_VERTEX_ISA)
+       for op in ("f16v4sub", "f32v2sub", "f32v2max", "f32v2min", "f32v2cmplt", "f32v2cmple",
+                  "f32v2cmpgt", "f32v2cmpge", "f32v2cmpeq", "f32v2cmpne", "and64", "andc64",
+                  "or64")},
+    "f32div": _i(("a", "a", "a"), context=WORKER, source=_VERTEX_ISA),
+    **{op: _i(("a", "a"), context=WORKER, source=_VERTEX_ISA)
+       for op in ("f32sqrt", "f32exp", "f32sigm")},
+    "ldb16": _i(("a", "m", "m", "mi"), context=WORKER, source=_VERTEX_ISA),
+    "ldb16step": _i(("a", "m", "m+=", "mi"), context=WORKER, source=_VERTEX_ISA),
+    "ld32": _i(("m", "m", "m", "mi"), ("a", "m", "m", "mi"), source=_VERTEX_ISA),
+    "st32": _i(("m", "m", "m", "mi"), ("a", "m", "m", "mi"), source=_VERTEX_ISA),
+    "ld32step": _i(("ma", "m", "m+=", "mi"), context=WORKER, source=_VERTEX_ISA),
+    "st32step": _i(("ma", "m", "m+=", "mi"), context=WORKER, source=_VERTEX_ISA),
+})  # fmt: skip
+
 INSTRUCTIONS: dict[str, Instruction] = {
     name: Instruction(name, forms, context, source)
     for name, (forms, context, source) in _TABLE.items()

@@ -26,6 +26,8 @@ from ipu_stack.kernels.kernel_run_indexing import run_indexing
 from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
 from ipu_stack.kernels.units_indexing import parse_indexing_unit
 from ipu_stack.kernels.units_rowwise import parse_rowwise, run_rowwise
+from ipu_stack.kernels.units_unary import parse_unary
+from ipu_stack.kernels.units_unary import run_unit as run_unary
 from ipu_stack.target import ipu21
 
 STACK_TOP = 0x7F000  # standard region, below the interleaved base
@@ -80,6 +82,11 @@ def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str,
             program = load_unit(src, rowwise.flags(), name)
             report["source"] = str(src)
             report["entries"] = [run_rowwise(program, rowwise, rng, _Placer())]
+        elif (unary := parse_unary(name)) is not None:  # kernels/units_unary.py
+            src = Path(source) if source else unary.source
+            program = load_unit(src, unary.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [run_unary(program, unary, rng)]
         else:
             unit = parse_unit(name)
             src = Path(source) if source else unit.source

@@ -2,12 +2,13 @@
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
 whose kernel has device code (F16/F8 GEMMs; contiguous add/mul of equal shapes or with a row
-vector; 8-byte copies and fills; reduce-add of up to 256 partials; layer norm, softmax and the
-row mean of even rows, kernels/units_rowwise.py) runs its unit's assembly on
-:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
-GeLU, F8 casts, attention, column-broadcast forms) keeps its NumPy
-semantics and is counted as ``modelled``. The simulator clock still advances by the cost model;
-the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
+vector; 8-byte copies and fills; reduce-add of up to 256 partials; GeLU, the unary kinds,
+sub/div and the column, scalar and [R, 1] forms of :mod:`ipu_stack.kernels.units_unary`; layer
+norm, softmax and the row mean of :mod:`ipu_stack.kernels.units_rowwise`; the indexing, integer
+and F8-cast kernels of :mod:`ipu_stack.runtime.emulate_indexing`) runs its unit's assembly on
+:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call keeps its
+NumPy semantics and is counted as ``modelled``. The simulator clock still advances by the cost
+model; the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
 count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit
 the package lists.
 """
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.isa import Memory, Tile, load_unit
-from ipu_stack.kernels import registry
+from ipu_stack.kernels import registry, units_unary
 from ipu_stack.kernels.units import MAX_PARTS, parse_unit
 from ipu_stack.kernels.units_rowwise import ROWWISE_KINDS
 from ipu_stack.kernels.units_rowwise import emulate_job as rowwise_emulate_job
@@ -50,6 +51,7 @@ class EmulatedKernels:
 
         ``address(ref, size, alignment, what)`` is the simulator's checked address of a ref.
         """
+        self._tile_mem = tile_mem  # units_unary checks the zero pads of padded inputs
         job = self._unit(call, address)
         if job is None:
             kind = call.kind if isinstance(call, MapCall) else type(call).__name__
@@ -122,6 +124,10 @@ class EmulatedKernels:
             else:
                 regs.update({3 + i: a for i, a in enumerate(inputs)})
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and (
+            job := units_unary.emulate_job(call, address, getattr(self, "_tile_mem", None))
+        ):
+            return job  # GeLU (erf, tanh), unary, sub/div, column and scalar broadcast forms
         if isinstance(call, MapCall) and call.kind == "cast":
             src, out = call.inputs[0], call.out
             pair = (src.dtype, out.dtype)
@@ -142,6 +148,8 @@ class EmulatedKernels:
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
         if isinstance(call, MapCall) and call.kind in ("add", "mul"):
             out = call.out
+            if out.dtype not in ("f16", "f32"):
+                return None  # integer add/mul: no device code
             eb = ipu21.precision(out.dtype).element_bytes
             views = (out, *call.inputs)
             if any((v.rows, v.cols, v.dtype) != (out.rows, out.cols, out.dtype) for v in views):
@@ -160,6 +168,8 @@ class EmulatedKernels:
     def _row_broadcast(self, call: MapCall, address: Any) -> tuple | None:
         """add/mul of an [R, C] operand and a [1, C] row vector (either order)."""
         out = call.out
+        if out.dtype not in ("f16", "f32"):
+            return None  # integer add/mul (add_i32, mul_i32): no device code
         eb = ipu21.precision(out.dtype).element_bytes
         if len(call.inputs) != 2:
             return None

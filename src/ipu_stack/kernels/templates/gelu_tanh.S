@@ -15,6 +15,9 @@
 #ifndef GT_GROUPS
 #error "GT_GROUPS is required"
 #endif
+#ifndef GT_F32
+#define GT_F32 0
+#endif
 
  .set GROUPS, GT_GROUPS
  .set C0_BITS, 0x3F4C422A      // f32 sqrt(2 / pi) = 0.7978846
@@ -25,7 +28,8 @@
  .set FRAME_C1, 1              // 64-bit slots: (c1, c1), (c0, c0), (0.5, 0.5)
  .set FRAME_C0, 2
  .set FRAME_HALF, 3
- .set FRAME_BYTES, 32
+ .set FRAME_ONE, 4             // (1, 1), used by the F32 order
+ .set FRAME_BYTES, 40
 
 // An f32 constant into $m6 from its bit pattern (20-bit setzi, then the low 12 bits).
  .macro CONSTANT bits
@@ -52,6 +56,11 @@ GT_SYMBOL:
  CONSTANT HALF_BITS
  st32 $m6, $m11, $mzero, 2 * FRAME_HALF
  st32 $m6, $m11, $mzero, 2 * FRAME_HALF + 1
+#if GT_F32
+ CONSTANT 0x3F800000
+ st32 $m6, $m11, $mzero, 2 * FRAME_ONE
+ st32 $m6, $m11, $mzero, 2 * FRAME_ONE + 1
+#endif
  setzi $m6, .Lgt_worker
  runall $m6, $m11, 0
  sync SYNC_ZONE_LOCAL
@@ -103,6 +112,52 @@ GT_SYMBOL:
  }
  .endm
 
+// F32: the registry's order exactly (runtime/elementwise_sim.py gelu_tanh), as an f32 output
+// shows every rounding: inner = c0 (x + ((c1 x) x) x), y = (0.5 x) (1 + tanh(inner));
+// $a14:15 holds (1, 1).
+ .macro GELU_PAIR_F32 p
+ {
+  nop
+  f32v2mul $a6:7, \p, $a8:9
+ }
+ {
+  nop
+  f32v2mul $a6:7, $a6:7, \p
+ }
+ {
+  nop
+  f32v2mul $a6:7, $a6:7, \p
+ }
+ {
+  nop
+  f32v2add $a6:7, \p, $a6:7
+ }
+ {
+  nop
+  f32v2mul $a6:7, $a10:11, $a6:7
+ }
+ {
+  nop
+  f32tanh $a6, $a6
+ }
+ {
+  nop
+  f32tanh $a7, $a7
+ }
+ {
+  nop
+  f32v2add $a6:7, $a14:15, $a6:7
+ }
+ {
+  nop
+  f32v2mul \p, $a12:13, \p
+ }
+ {
+  nop
+  f32v2mul \p, \p, $a6:7
+ }
+ .endm
+
  .section .text.gt_worker,"ax",@progbits
  .worker
  .p2align 3
@@ -121,6 +176,25 @@ GT_SYMBOL:
  ld64 $a10:11, $mvertex_base, $mzero, FRAME_C0
  ld64 $a12:13, $mvertex_base, $mzero, FRAME_HALF
  shl $m4, $m0, 3
+#if GT_F32
+ // F32 (units_unary.py gelu_tanh_f32_nN): GT_GROUPS counts f32 pairs, one atom each
+ ld64 $a14:15, $mvertex_base, $mzero, FRAME_ONE
+ .p2align 3
+ {
+  rpt $m5, 11
+  fnop
+ }
+ {
+  ld64step $a2:3, $m1, $m4+=, 0
+  fnop
+ }
+ GELU_PAIR_F32 $a2:3
+ {
+  st64step $a2:3, $m3, $m4+=, WORKER_CONTEXTS
+  fnop
+ }
+ exitz $mzero
+#endif
  .p2align 3
  {
   rpt $m5, 25
