@@ -350,6 +350,16 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         "ld64step $a0:1, $m3, $m4+=, 0\n  fnop\n }\n {\n  st64step $a0:1",
         0,
     ),
+    (EW, "copy_b1004", "word copy body 1 -> 0", "rpt $m5, 1", "rpt $m5, 0", 1),
+    (EW, "copy_b1004", "word copy start as atoms", "shl $m4, $m0, 2", "shl $m4, $m0, 3", 0),
+    (
+        EW,
+        "copy_b1004",
+        "word copy stride 5",
+        "st32step $a0, $m3, $m4+=, WORKER_CONTEXTS",
+        "st32step $a0, $m3, $m4+=, WORKER_CONTEXTS - 1",
+        0,
+    ),
     (
         EW,
         "fill_zero_b1000",

@@ -27,6 +27,8 @@ GEMM = TEMPLATE_DIR / "gemm_amp.S"
         "add_f16_n1000",
         "mul_f32_n998",
         "copy_b1000",
+        "copy_b1004",  # 4 mod 8 bytes: the 32-bit word copy (EW_OP 5)
+        "copy_b12",
         "fill_zero_b64",
         "reduce_add_f16_p3_n200",
         "reduce_add_f32_p1_n62",

@@ -2,7 +2,8 @@
 
 A unit name fixes everything the template needs (kernels/templates/elementwise.S):
 ``add_{f16|f32}_n{N}``, ``mul_{f16|f32}_n{N}`` (N elements, N * bytes a multiple of 8),
-``copy_b{N}`` and ``fill_zero_b{N}`` (N bytes, a multiple of 8); and
+``copy_b{N}`` (N bytes, a multiple of 4: 32-bit words when not of 8) and ``fill_zero_b{N}``
+(N bytes, a multiple of 8); and
 ``reduce_add_{f16|f32}_p{P}_n{N}`` (kernels/templates/reduce_add.S: ``out += sum`` of P
 partials, f32 sum rounded once, the registry's reduce_add); ``cast_{f16_f32|f32_f16}_n{N}``
 (kernels/templates/cast.S, N a multiple of 4; ``dtype`` is the output's);
@@ -102,6 +103,8 @@ class ElementwiseUnit:
             if self.table:
                 out.append("-DRA_TABLE=1")
             return [*out, "-DRA_F32=1"] if self.dtype == "f32" else out
+        if self.kind == "copy" and self.nbytes % 8:  # 32-bit words (EW_OP 5)
+            return ["-DEW_OP=5", f"-DEW_ATOMS={self.nbytes // 4}", f"-DEW_SYMBOL={self.entry}"]
         out = [f"-DEW_OP={_OPS[self.kind]}", f"-DEW_ATOMS={self.nbytes // 8}",
                f"-DEW_SYMBOL={self.entry}"]  # fmt: skip
         if self.dtype == "f32":
@@ -198,6 +201,13 @@ def parse_unit(name: str) -> ElementwiseUnit:
         unit = ElementwiseUnit(name, m["op"], m["p"], int(m["n"]))
     else:
         unit = ElementwiseUnit(name, m["mv"], "bytes", int(m["b"]))
+    if unit.kind == "copy" and unit.nbytes % 8:  # a word copy: 4-byte multiples
+        if unit.nbytes % 4 or unit.nbytes // 4 > MAX_ATOMS:
+            raise GraphError(
+                f"unit {name}: {unit.nbytes} bytes must be a positive multiple of 4, at most "
+                f"{MAX_ATOMS * 4}"
+            )
+        return unit
     if unit.count <= 0 or unit.nbytes % 8 or unit.nbytes // 8 > MAX_ATOMS:
         raise GraphError(
             f"unit {name}: {unit.nbytes} bytes must be a positive multiple of 8, at most "

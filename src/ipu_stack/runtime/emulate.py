@@ -99,13 +99,14 @@ class EmulatedKernels:
             phase = "accumulate" if call.accumulate else "init"
             return name, v.source, tuple(v.flags()), v.entry_symbol(phase, call.rows), regs
         if isinstance(call, (CopyCall, FillCall)):
-            if call.size % 8:
-                return None
             kind = "copy" if isinstance(call, CopyCall) else "fill_zero"
+            align = 4 if kind == "copy" and call.size % 8 == 4 else 8  # word copies: 4 mod 8
+            if call.size % align:
+                return None
             unit = parse_unit(f"{kind}_b{call.size}")
-            regs = {2: address(call.dst, call.size, 8, kind)}
+            regs = {2: address(call.dst, call.size, align, kind)}
             if isinstance(call, CopyCall):
-                regs[3] = address(call.src, call.size, 8, "copy source")
+                regs[3] = address(call.src, call.size, align, "copy source")
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
         if isinstance(call, AddCall):
             eb = call.precision.element_bytes

@@ -3,12 +3,13 @@
 // Written for ipu-stack from the ISA facts in shared/docs/ipu21-facts.md (§16.3: ld64step,
 // st64step, rpt, runall, exitz; §16.2 bundles). One compile unit per variant; the flags come
 // from the unit name (kernels/units.py):
-//   EW_OP        1 add, 2 mul, 3 copy, 4 fill (zero)
+//   EW_OP        1 add, 2 mul, 3 copy, 4 fill (zero), 5 copy of 32-bit words (sizes 4 mod 8)
 //   EW_F32       operands are f32 (f32v2 arithmetic), else f16 (f16v4)
-//   EW_ATOMS     64-bit atoms of the output (elements * element bytes / 8)
+//   EW_ATOMS     64-bit atoms of the output (elements * element bytes / 8); words for EW_OP 5
 //   EW_SYMBOL    the entry symbol
 // ABI (supervisor): $m2 output; add/mul: $m3, $m4 inputs; copy: $m3 source; all 8-byte
-// aligned; $m10 return address, $m11 stack. Worker w handles atoms w, w + 6, w + 12, ...
+// aligned (EW_OP 5: 4-byte aligned); $m10 return address, $m11 stack. Worker w handles
+// atoms (EW_OP 5: words) w, w + 6, w + 12, ...
 #include "ipu21_tile.h"
 
 #ifndef EW_OP
@@ -54,7 +55,11 @@ EW_SYMBOL:
  mul $m5, $m5, 43691
  shr $m5, $m5, 18
  brz $m5, .Lew_idle
+#if EW_OP != 5
  shl $m4, $m0, 3
+#else
+ shl $m4, $m0, 2
+#endif
  ld32 $m3, $mvertex_base, $mzero, FRAME_OUT
  ld32 $m1, $mvertex_base, $mzero, FRAME_A
  ld32 $m2, $mvertex_base, $mzero, FRAME_B
@@ -80,6 +85,20 @@ EW_SYMBOL:
  }
  {
   st64step $a0:1, $m3, $m4+=, WORKER_CONTEXTS
+  fnop
+ }
+#elif EW_OP == 5
+ .p2align 3
+ {
+  rpt $m5, 1
+  fnop
+ }
+ {
+  ld32step $a0, $m1, $m4+=, 0
+  fnop
+ }
+ {
+  st32step $a0, $m3, $m4+=, WORKER_CONTEXTS
   fnop
  }
 #else
