@@ -95,8 +95,10 @@ def _gemm_panels_bound(left: np.ndarray, right: np.ndarray, prior: np.ndarray, k
 def _run_gemm(program: Any, variant: registry.GemmVariant, rng: np.random.Generator) -> list:
     spec = variant.spec
     p = spec.precision
-    if p is ipu21.F32:
-        raise GraphError(f"{variant.name}: F32 GEMM has no device code (f32sisov2amp dataflow)")
+    if p is ipu21.F32:  # vector-pipeline kernel (gemm_f32.S): f32 output, f32 tolerance
+        from ipu_stack.kernels.kernel_run_f32 import run_gemm_f32
+
+        return run_gemm_f32(program, variant, rng, _Placer)
     fp8 = p is ipu21.F8
     k, c = variant.k, variant.c
     out = []

@@ -37,6 +37,7 @@ from ipu_stack.target.ipu21 import F8, F16, F32, Precision
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 GEMM_TEMPLATE = TEMPLATE_DIR / "gemm_amp.S"
+GEMM_F32_TEMPLATE = TEMPLATE_DIR / "gemm_f32.S"  # vector pipeline (f32sisov2amp is not public)
 ENTRY_PREFIX = "ipu_stack_"
 
 IMPLEMENTED = "implemented"
@@ -278,7 +279,8 @@ def _gemm_spec(precision: Precision, interleaved: bool, packed: bool) -> GemmKer
         for phase in GEMM_PHASES
         for size in GEMM_SIZES
     )
-    has_code = precision is not F32  # the F32 AMP dataflow (f32sisov2amp) is not public
+    # F32: the AMP dataflow (f32sisov2amp) is not public; gemm_f32.S uses f32v2mul/f32v2add
+    template = GEMM_F32_TEMPLATE if precision is F32 else GEMM_TEMPLATE
     cycles_array: Callable[..., np.ndarray] | None = None
     if packed:
         cycles = partial(
@@ -295,11 +297,11 @@ def _gemm_spec(precision: Precision, interleaved: bool, packed: bool) -> GemmKer
             f"{precision.name.upper()} AMP GEMM out[rows, C] (+)= left[rows, K] @ right[K, C], "
             f"{weights} weights" + (", packed output" if packed else "")
         ),
-        status=IMPLEMENTED if has_code else REQUIRED,
+        status=IMPLEMENTED,
         operands=_gemm_operands(precision, interleaved, packed),
         entry_symbols=entries,
         relations=_GEMM_RELATIONS,
-        source=GEMM_TEMPLATE if has_code else None,
+        source=template,
         reference=_gemm_reference(precision),
         cycles=cycles,
         cycles_array=cycles_array,

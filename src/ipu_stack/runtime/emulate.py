@@ -1,14 +1,14 @@
 """``run --kernels emulate``: kernel calls executed by their device code on the ISA emulator.
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
-whose kernel has device code (F16/F8 GEMMs; contiguous add/mul of equal shapes or with a row
+whose kernel has device code (F16/F8/F32 GEMMs; contiguous add/mul of equal shapes or with a row
 vector; 8-byte copies and fills; reduce-add of up to 256 partials) runs its unit's assembly on
-:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (F32 GEMM,
-GeLU, F8 casts, layer norm, softmax, attention, column-broadcast forms) keeps its NumPy
-semantics and is counted as ``modelled``. The simulator clock still advances by the cost model;
-the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
-count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit
-the package lists.
+:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (GeLU,
+F8 casts, layer norm, softmax, column-broadcast forms) keeps its NumPy semantics and is
+counted as ``modelled``. The simulator clock still advances by the cost model; the emulated
+cycles are reported next to it per kernel unit. GEMM calls run the single-row-count unit of
+their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit the package
+lists.
 """
 
 from __future__ import annotations
@@ -71,14 +71,13 @@ class EmulatedKernels:
 
     def _unit(self, call: KernelCall, address: Any) -> tuple | None:
         if isinstance(call, GemmCall):
-            if call.precision is ipu21.F32:
-                return None
             il = "_interleaved" if call.weights == "interleaved" else ""
             name = f"gemm_{call.precision.name}{il}_k{call.k}_c{call.c}_r{call.rows}_r{call.rows}"
             v = registry.parse_gemm_variant(name)
             eb = call.precision.element_bytes
+            ob = 4 if call.precision is ipu21.F32 else 2  # F32: gemm_f32.S, f32 output
             regs = {
-                2: address(call.out, call.rows * call.c * 2, 32, "gemm output"),
+                2: address(call.out, call.rows * call.c * ob, 32, "gemm output"),
                 3: address(call.left, call.rows * call.k * eb, 32, "gemm left"),
                 4: address(call.right, call.k * call.c * eb, 32, "gemm right"),
             }
