@@ -66,6 +66,14 @@ def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str,
             program = load_unit(src, variant.flags(), name)
             report["source"] = str(src)
             report["entries"] = _run_gemm(program, variant, rng)
+        elif name.startswith("attention_"):  # kernels/units_attention.py
+            from ipu_stack.kernels import units_attention as ua
+
+            att = ua.parse_attention_unit(name)
+            src = Path(source) if source else att.source
+            program = load_unit(src, att.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [ua.run_attention(program, att, rng, _Placer)]
         else:
             unit = parse_unit(name)
             src = Path(source) if source else unit.source
