@@ -1,14 +1,15 @@
 """``run --kernels emulate``: kernel calls executed by their device code on the ISA emulator.
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
-whose kernel has device code (F16/F8/F32 GEMMs; contiguous add/mul of equal shapes or with a row
-vector; 8-byte copies and fills; reduce-add of up to 256 partials) runs its unit's assembly on
-:class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call (GeLU,
-F8 casts, layer norm, softmax, column-broadcast forms) keeps its NumPy semantics and is
-counted as ``modelled``. The simulator clock still advances by the cost model; the emulated
-cycles are reported next to it per kernel unit. GEMM calls run the single-row-count unit of
-their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit the package
-lists.
+whose kernel has device code (F16/F8/F32 GEMMs; contiguous add/mul of equal shapes or with a
+row vector; 8-byte copies and fills; reduce-add of up to 256 partials; attention, see
+``runtime/emulate_attention.py``) runs its unit's assembly on :class:`ipu_stack.isa.Tile` over
+the tile's memory bytes, in place; any other call (GeLU, F8 casts, layer norm, softmax,
+column-broadcast forms, attention shapes its template does not take) keeps its NumPy
+semantics and is counted as ``modelled``. The simulator clock still advances by the cost
+model; the emulated cycles are reported next to it per kernel unit. GEMM calls run the
+single-row-count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of
+the paired unit the package lists.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class EmulatedKernels:
             lambda: {"calls": 0, "emulated_cycles": 0, "modelled_cycles": 0}
         )
         self._table: np.ndarray | None = None
+        self._workspace: tuple[int, int] | None = None  # attention scratch, restored after
         self.modelled: dict[str, dict[str, int]] = defaultdict(
             lambda: {"calls": 0, "modelled_cycles": 0}
         )
@@ -61,8 +63,14 @@ class EmulatedKernels:
         if self._table is not None:
             memory.write(TABLE_ADDRESS, self._table.view(np.uint8), 4)
             self._table = None
+        borrowed = None
+        if self._workspace is not None:  # attention: a workspace the lowering does not carve
+            lo, hi = (x - ipu21.TILE_MEMORY_BASE for x in self._workspace)
+            borrowed, self._workspace = (lo, tile_mem[lo:hi].copy()), None
         result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
         tile_mem[-scratch:] = saved
+        if borrowed is not None:
+            tile_mem[borrowed[0] : borrowed[0] + len(borrowed[1])] = borrowed[1]
         unit = self.units[name]
         unit["calls"] += 1
         unit["emulated_cycles"] += result.cycles + ipu21.KERNEL_LAUNCH_CYCLES
@@ -129,6 +137,14 @@ class EmulatedKernels:
             regs = {2: address(out.ref, n * out_eb, 8, "cast output"),
                     3: address(src.ref, n * in_eb, 8, "cast input")}  # fmt: skip
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and call.kind == "attention":
+            from ipu_stack.runtime.emulate_attention import attention_job
+
+            job = attention_job(call, address)
+            if job is not None:
+                self._workspace = job[-1]
+                return job[:-1]
+            return None
         if isinstance(call, MapCall) and call.kind in ("add", "mul"):
             out = call.out
             eb = ipu21.precision(out.dtype).element_bytes
