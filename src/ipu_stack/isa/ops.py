@@ -378,6 +378,12 @@ def op_convert(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
 
 
 _TRANSCENDENTAL = {"f32tanh": np.tanh, "f32exp": np.exp}
+# rules these implementations follow (assumptions.py); a changed value fails here, not silently
+for _key, _supported in (("vector_broadcast_operand", "lane-repeat"),
+                         ("f32_exp_div_accuracy", "numpy-f32"),
+                         ("long_latency_single_issue", True)):  # fmt: skip
+    if assumptions.value(_key) != _supported:
+        raise NotImplementedError(f"the emulator implements {_key} = {_supported!r} only")
 
 
 def op_transcendental(t: Tile, c: Context, ins: Instr, e: Effects) -> None:

@@ -30,7 +30,7 @@ _NAME = re.compile(
 )
 _MASK_SHAPE = {"full": (True, True), "row": (False, True), "col": (True, False),
                "scalar": (False, False)}  # (one row per query, one value per key)  # fmt: skip
-MAX_KEYS = 16384  # workspace 6 x T f32 must fit a tile
+MAX_KEYS = 16383  # T * 4 bytes within a 16-bit immediate; the workspace must fit a tile
 
 
 def _stride(cols: int, eb: int) -> int:

@@ -50,6 +50,13 @@
  .set OUT_ROW_BYTES, ATT_DV * EB
  .set DOT_CHUNKS, ATT_D / CHUNK
  .set WS_BYTES, KEYS * 4
+ // immediates: mul/cmpult/min/add take 16 bits, setzi 20 (Tile Vertex ISA)
+ .if (WS_BYTES > 65535) || (QROW_BYTES > 65535) || (6 * OUT_ROW_BYTES > 0xfffff)
+ .error "attention unit too large for the kernel's immediates"
+ .endif
+ .if 6 * QROW_BYTES > 0xfffff
+ .error "attention unit too large for the kernel's immediates"
+ .endif
 
  .set FRAME_OUT, 0
  .set FRAME_Q, 1
@@ -260,11 +267,14 @@ ATT_SYMBOL:
  cmpult $m0, $m4, OUT_ROW_BYTES
  brnz $m0, .Latt_group
 
- // -- next row of this worker ----------------------------------------------------------------
- add $m2, $m2, WORKER_CONTEXTS * OUT_ROW_BYTES
- add $m3, $m3, WORKER_CONTEXTS * QROW_BYTES
+ // -- next row of this worker (steps through a register: add takes 16-bit immediates) --------
+ setzi $m0, WORKER_CONTEXTS * OUT_ROW_BYTES
+ add $m2, $m2, $m0
+ setzi $m0, WORKER_CONTEXTS * QROW_BYTES
+ add $m3, $m3, $m0
 #if ATT_MASK
- add $m6, $m6, WORKER_CONTEXTS * ATT_MASK_ROW_BYTES
+ setzi $m0, WORKER_CONTEXTS * ATT_MASK_ROW_BYTES
+ add $m6, $m6, $m0
 #endif
 #if ATT_CAUSAL
  add $m9, $m9, WORKER_CONTEXTS

@@ -41,6 +41,13 @@
  .if K_BLOCK < 2
  .error "K must be at least 2"
  .endif
+ // mul/add immediates are 16 bits, setzi 20 (Tile Vertex ISA)
+ .if (LEFT_ROW_BYTES > 65535) || (ROW_BYTES > 65535) || (6 * LEFT_ROW_BYTES > 0xfffff)
+ .error "F32 GEMM unit too large for the kernel's immediates"
+ .endif
+ .if 6 * ROW_BYTES > 0xfffff
+ .error "F32 GEMM unit too large for the kernel's immediates"
+ .endif
 
  .set FRAME_OUTPUT, 0
  .set FRAME_LEFT, 1
@@ -147,8 +154,10 @@
  add $m7, $m7, 8
  add $m1, $m1, -1
  brnz $m1, .Lgemm_f32_pair
- add $m3, $m3, WORKER_CONTEXTS * LEFT_ROW_BYTES
- add $m2, $m2, WORKER_CONTEXTS * ROW_BYTES
+ setzi $m0, WORKER_CONTEXTS * LEFT_ROW_BYTES   // row steps: beyond add's 16-bit immediate
+ add $m3, $m3, $m0
+ setzi $m0, WORKER_CONTEXTS * ROW_BYTES
+ add $m2, $m2, $m0
  add $m5, $m5, -1
  brnz $m5, .Lgemm_f32_row
 .Lgemm_f32_idle:
