@@ -537,6 +537,165 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
     ),
 ]
 
+# F32 GEMM (gemm_f32.S) and attention (attention.S): every worker has at least three rows.
+GF32 = "gemm_f32.S"
+ATT = "attention.S"
+G_F32 = "gemm_f32_interleaved_k16_c32_r18_r20"
+A_MASK = "attention_f16_r20_t13_d8_v8_causal_maskfull_f16"  # odd T: both mask halves
+A_F32 = "attention_f32_r20_t11_d6_v6"
+MUTANTS += [
+    (
+        GF32,
+        G_F32,
+        "left walks 0 in the loop",
+        "ld32step $a0, $m3, $m6+=, 1\n  f32v2mul $a4:5",
+        "ld32step $a0, $m3, $m6+=, 0\n  f32v2mul $a4:5",
+        0,
+    ),
+    (
+        GF32,
+        G_F32,
+        "right row stride one pair short",
+        "setzi $m11, COLUMN_PAIRS ",
+        "setzi $m11, COLUMN_PAIRS - 1 ",
+        0,
+    ),
+    (GF32, G_F32, "rpt count K-3", "setzi $m8, K_BLOCK - 2", "setzi $m8, K_BLOCK - 3", 0),
+    (
+        GF32,
+        G_F32,
+        "accumulate test inverted",
+        "brnz $m9, .Lgemm_f32_store",
+        "brz $m9, .Lgemm_f32_store",
+        0,
+    ),
+    (GF32, G_F32, "column pair step 16", "add $m7, $m7, 8", "add $m7, $m7, 16", 0),
+    (
+        GF32,
+        G_F32,
+        "worker row step of 5 rows",
+        "setzi $m0, WORKER_CONTEXTS * LEFT_ROW_BYTES",
+        "setzi $m0, 5 * LEFT_ROW_BYTES",
+        0,
+    ),
+    (
+        GF32,
+        G_F32,
+        "loop adds the right operand",
+        "f32v2add $a6:7, $a6:7, $a4:5",
+        "f32v2add $a6:7, $a6:7, $a2:3",
+        0,
+    ),
+    (GF32, G_F32, "dropped sync before return", " sync SYNC_ZONE_LOCAL\n add $m11", " add $m11", 0),
+    (
+        GF32,
+        G_F32,
+        "one row too few per worker",
+        "add $m5, $m5, WORKER_CONTEXTS - 1",
+        "add $m5, $m5, WORKER_CONTEXTS - 2",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "key chunk walks two atoms",
+        "ld64step $a2:3, $m12, $m11+=, 1",
+        "ld64step $a2:3, $m12, $m11+=, 2",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "key row pointer not advanced",
+        "add $m12, $m12, QROW_BYTES",
+        "add $m12, $m12, 0",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "scale added, not multiplied",
+        " f32mul $a12, $a12, $a0",
+        " f32add $a12, $a12, $a0",
+        0,
+    ),
+    (ATT, A_MASK, "mask halves swapped", "brnz $m0, .Latt_mask_odd", "brz $m0, .Latt_mask_odd", 0),
+    (
+        ATT,
+        A_MASK,
+        "causal limit steps one row",
+        "add $m9, $m9, WORKER_CONTEXTS",
+        "add $m9, $m9, 1",
+        0,
+    ),
+    (ATT, A_MASK, "causal clamp one key short", "min $m8, $m8, KEYS", "min $m8, $m8, KEYS - 1", 0),
+    (
+        ATT,
+        A_MASK,
+        "exp pass does not walk",
+        "st32step $a0, $m7, $m0+=, 1",
+        "st32step $a0, $m7, $m0+=, 0",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "normalisation by l, not 1 / l",
+        "f32div $a13, $a1, $a13",
+        "f32max $a13, $a1, $a13",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "value row stride +1 atom",
+        "setzi $m11, VROW_BYTES / 8 ",
+        "setzi $m11, VROW_BYTES / 8 + 1 ",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "output group step 16",
+        "add $m4, $m4, 8\n cmpult",
+        "add $m4, $m4, 16\n cmpult",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "value lanes swapped",
+        "f16v2tof32 $a4:5, $a2\n f16v2tof32 $a6:7, $a3",
+        "f16v2tof32 $a4:5, $a3\n f16v2tof32 $a6:7, $a2",
+        0,
+    ),
+    (ATT, A_MASK, "dropped sync before return", " sync SYNC_ZONE_LOCAL\n add $m11", " add $m11", 0),
+    (
+        ATT,
+        A_MASK,
+        "running max starts at 1.0",
+        "$mzero, FRAME_NEG_MAX",
+        "$mzero, FRAME_ONE",
+        0,
+    ),
+    (
+        ATT,
+        A_F32,
+        "f32 dot adds instead of multiplying",
+        "f32v2mul $a4:5, $a0:1, $a2:3",
+        "f32v2add $a4:5, $a0:1, $a2:3",
+        0,
+    ),
+    (
+        ATT,
+        A_F32,
+        "one row too few per worker",
+        "add $m1, $m1, ATT_ROWS + WORKER_CONTEXTS - 1",
+        "add $m1, $m1, ATT_ROWS + WORKER_CONTEXTS - 2",
+        0,
+    ),
+]
+
 
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     start = -1
@@ -547,13 +706,15 @@ def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     return text[:start] + new + text[start + len(old) :]
 
 
-def run(out: Path | None) -> dict:
-    """Run every mutant; return (and write) the results."""
+def run(out: Path | None, only: set[str] | None = None) -> dict:
+    """Run every mutant (of the templates in ``only``, if given); return (and write) results."""
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "templates"
         shutil.copytree(TEMPLATE_DIR, root)
         for template, unit, what, old, new, occurrence in MUTANTS:
+            if only and template not in only:
+                continue
             original = (TEMPLATE_DIR / template).read_text()
             mutant = root / template
             mutant.write_text(_mutate(original, old, new, occurrence))
@@ -580,6 +741,11 @@ def run(out: Path | None) -> dict:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks/results/kernel_mutations.json"
-    )
-    run(parser.parse_args().out)
+        "--out", type=Path, default=None,
+        help="results JSON (default benchmarks/results/kernel_mutations.json; none with --only)",
+    )  # fmt: skip
+    parser.add_argument("--only", action="append", metavar="TEMPLATE",
+                        help="run only the mutants of this template file (repeatable)")  # fmt: skip
+    args = parser.parse_args()
+    default = None if args.only else ROOT / "benchmarks/results/kernel_mutations.json"
+    run(args.out or default, set(args.only or ()))
