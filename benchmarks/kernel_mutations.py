@@ -541,7 +541,7 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
 GF32 = "gemm_f32.S"
 ATT = "attention.S"
 G_F32 = "gemm_f32_interleaved_k16_c32_r18_r20"
-A_MASK = "attention_f16_r20_t13_d8_v8_causal_maskfull_f16"  # odd T: both mask halves
+A_MASK = "attention_f16_r20_t13_d16_v8_causal_maskfull_f16"  # odd T: both mask halves; D = 4 chunks
 A_F32 = "attention_f32_r20_t11_d6_v6"
 MUTANTS += [
     (
@@ -599,16 +599,16 @@ MUTANTS += [
         ATT,
         A_MASK,
         "key chunk walks two atoms",
-        "ld64step $a2:3, $m12, $m11+=, 1",
-        "ld64step $a2:3, $m12, $m11+=, 2",
+        "ld64step $a2:3, $m12, $m10+=, 1",
+        "ld64step $a2:3, $m12, $m10+=, 2",
         0,
     ),
     (
         ATT,
         A_MASK,
-        "key row pointer not advanced",
-        "add $m12, $m12, QROW_BYTES",
-        "add $m12, $m12, 0",
+        "key row from the query index",
+        "mul $m6, $m2, QROW_BYTES",
+        "mul $m6, $m1, QROW_BYTES",
         0,
     ),
     (
@@ -619,16 +619,30 @@ MUTANTS += [
         " f32add $a12, $a12, $a0",
         0,
     ),
-    (ATT, A_MASK, "mask halves swapped", "brnz $m0, .Latt_mask_odd", "brz $m0, .Latt_mask_odd", 0),
     (
         ATT,
         A_MASK,
-        "causal limit steps one row",
-        "add $m9, $m9, WORKER_CONTEXTS",
-        "add $m9, $m9, 1",
+        "mask halves swapped",
+        "brnz $m0, .Latt_mask_odd",
+        "brz $m0, .Latt_mask_odd",
         0,
     ),
-    (ATT, A_MASK, "causal clamp one key short", "min $m8, $m8, KEYS", "min $m8, $m8, KEYS - 1", 0),
+    (
+        ATT,
+        A_MASK,
+        "causal limit from the chunk row",
+        "add $m5, $m5, $m4",
+        "add $m5, $m5, $m1",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "causal clamp one key short",
+        "min $m5, $m5, KEYS",
+        "min $m5, $m5, KEYS - 1",
+        0,
+    ),
     (
         ATT,
         A_MASK,
@@ -656,9 +670,9 @@ MUTANTS += [
     (
         ATT,
         A_MASK,
-        "output group step 16",
-        "add $m4, $m4, 8\n cmpult",
-        "add $m4, $m4, 16\n cmpult",
+        "output pairs dealt with step 7",
+        "add $m2, $m2, WORKER_CONTEXTS\n bri .Latt_output_wrap",
+        "add $m2, $m2, 7\n bri .Latt_output_wrap",
         0,
     ),
     (
@@ -669,7 +683,38 @@ MUTANTS += [
         "f16v2tof32 $a4:5, $a3\n f16v2tof32 $a6:7, $a2",
         0,
     ),
-    (ATT, A_MASK, "dropped sync before return", " sync SYNC_ZONE_LOCAL\n add $m11", " add $m11", 0),
+    (
+        ATT,
+        A_MASK,
+        "P V rpt body one bundle short",
+        "rpt $m8, 5",
+        "rpt $m8, 4",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "dot rpt body one bundle short",
+        "rpt $m8, 7",
+        "rpt $m8, 6",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "dropped sync between phases 2 and 3",
+        " sync SYNC_ZONE_LOCAL\n setzi $m6, .Latt_output",
+        " setzi $m6, .Latt_output",
+        0,
+    ),
+    (
+        ATT,
+        A_MASK,
+        "dropped sync before the next chunk",
+        " sync SYNC_ZONE_LOCAL\n add $m1, $m1",
+        " add $m1, $m1",
+        0,
+    ),
     (
         ATT,
         A_MASK,
@@ -689,9 +734,9 @@ MUTANTS += [
     (
         ATT,
         A_F32,
-        "one row too few per worker",
-        "add $m1, $m1, ATT_ROWS + WORKER_CONTEXTS - 1",
-        "add $m1, $m1, ATT_ROWS + WORKER_CONTEXTS - 2",
+        "chunk of five rows",
+        "min $m6, $m6, WORKER_CONTEXTS",
+        "min $m6, $m6, WORKER_CONTEXTS - 1",
         0,
     ),
 ]

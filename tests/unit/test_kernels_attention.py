@@ -50,10 +50,10 @@ def test_attention_names():
 @pytest.mark.parametrize(
     ("old", "new", "name"),
     [
-        (" f32max $a14, $a14, $a12", " f32add $a14, $a14, $a12", "attention_f16_r7_t9_d8_v8"),
+        (" f32max $a14, $a14, $a0", " f32add $a14, $a14, $a0", "attention_f16_r7_t9_d8_v8"),
         (" brnz $m0, .Latt_mask_odd", " brz $m0, .Latt_mask_odd",
          "attention_f16_r7_t9_d8_v8_maskfull_f16"),
-        (" max $m8, $m9, 0", " max $m8, $m9, 1", "attention_f16_r13_t20_d16_v8_causal"),
+        (" max $m5, $m5, 0", " max $m5, $m5, 1", "attention_f16_r13_t20_d16_v8_causal"),
     ],
 )  # fmt: skip
 def test_planted_attention_bug_is_caught(tmp_path, old, new, name):

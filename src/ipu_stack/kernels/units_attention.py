@@ -75,7 +75,7 @@ class AttentionUnit:
 
     @property
     def workspace_bytes(self) -> int:
-        return 6 * self.keys * 4
+        return 6 * self.keys * 4 + 32  # six rows of scores, then 1 / l per row
 
     def flags(self) -> list[str]:
         out = [f"-DATT_F32={int(self.dtype == 'f32')}", f"-DATT_ROWS={self.rows}",
