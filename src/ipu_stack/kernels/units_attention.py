@@ -132,6 +132,8 @@ def parse_attention_unit(name: str) -> AttentionUnit:
         raise GraphError(f"unit {name}: rows 1..65530 and keys 1..{MAX_KEYS}")
     if unit.d <= 0 or unit.dv <= 0 or unit.d % chunk or unit.dv % chunk:
         raise GraphError(f"unit {name}: D and DV must be positive multiples of {chunk}")
+    if max(unit.d, unit.dv) * unit.eb > 65535:  # the template's 16-bit immediates
+        raise GraphError(f"unit {name}: rows of more than 65535 bytes")
     return unit
 
 

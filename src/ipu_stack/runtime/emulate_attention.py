@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ipu_stack.errors import GraphError
 from ipu_stack.kernels.units_attention import AttentionUnit, parse_attention_unit, visible_keys
 from ipu_stack.low.program import MapCall
 from ipu_stack.target import ipu21
@@ -56,7 +57,10 @@ def attention_job(call: MapCall, address: Any) -> tuple | None:
         if per_row and mask.stride != _stride(mask.cols, _EB[mask.dtype]):
             return None
         name += f"_mask{form}_{mask.dtype}"
-    unit: AttentionUnit = parse_attention_unit(name)
+    try:
+        unit: AttentionUnit = parse_attention_unit(name)
+    except GraphError:  # beyond the template's sizes: the call stays modelled
+        return None
     regs = {
         2: address(out.ref, out.rows * out.stride, 8, "attention output"),
         3: address(q.ref, q.rows * q.stride, 8, "attention q"),
