@@ -540,7 +540,7 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
 # F32 GEMM (gemm_f32.S) and attention (attention.S): every worker has at least three rows.
 GF32 = "gemm_f32.S"
 ATT = "attention.S"
-G_F32 = "gemm_f32_interleaved_k16_c32_r18_r20"
+G_F32 = "gemm_f32_interleaved_k16_c32_r4_r20"  # small entry: idle workers; large: 3+ rows each
 A_MASK = "attention_f16_r20_t13_d16_v8_causal_maskfull_f16"  # odd T: both mask halves; D = 4 chunks
 A_F32 = "attention_f32_r20_t11_d6_v6"
 MUTANTS += [
@@ -587,6 +587,14 @@ MUTANTS += [
         0,
     ),
     (GF32, G_F32, "dropped sync before return", " sync SYNC_ZONE_LOCAL\n add $m11", " add $m11", 0),
+    (
+        GF32,
+        G_F32,
+        "idle worker does not exit",
+        " brz $m5, .Lgemm_f32_idle\n",
+        "\n",
+        0,
+    ),
     (
         GF32,
         G_F32,
