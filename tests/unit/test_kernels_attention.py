@@ -32,6 +32,15 @@ def test_attention_matches_simulator_semantics(name, seed):
         assert entry["worst_relative"] <= 1e-6
 
 
+def test_registry_lists_the_attention_abi():
+    from ipu_stack.kernels import registry
+
+    spec = registry.KERNELS["attention"]
+    assert spec.status == registry.IMPLEMENTED and spec.source == ATTENTION_TEMPLATE
+    assert spec.operand("workspace").register == "$m7"
+    assert spec.operand("scale").role == "scalar"
+
+
 def test_attention_names():
     unit = parse_attention_unit("attention_f16_r3_t5_d4_v4_causal_maskrow_f32")
     assert unit.causal and unit.mask == "row" and unit.mask_row_bytes == 0

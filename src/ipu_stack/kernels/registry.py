@@ -512,3 +512,35 @@ def parse_gemm_variant(name: str) -> GemmVariant:
     group = int(m["g"] or 0)
     spec = gemm_kernel(m["p"], "interleaved" if m["il"] else "standard", bool(group))
     return GemmVariant(spec, int(m["k"]), int(m["c"]), int(m["s"]), int(m["l"]), group)
+
+
+# Attention has device code (templates/attention.S; unit names in kernels/units_attention.py):
+# its ABI, with the scale, causal offset and workspace registers the template takes.
+def _attention_spec(spec: KernelSpec) -> KernelSpec:
+    import dataclasses
+
+    def op(name: str, register: str, dtype: str, layout: str, role: str = "input") -> Operand:
+        return Operand(name, role, register, dtype, layout, 1 if role == "scalar" else 8)
+
+    operands = (
+        op("output", "$m2", "f16|f32", "[R, DV] rows dense", "output"),
+        op("q", "$m3", "f16|f32", "[R, D] rows dense (D * bytes a multiple of 8)"),
+        op("k", "$m4", "f16|f32", "[T, D] rows dense"),
+        op("v", "$m5", "f16|f32", "[T, DV] rows dense (DV * bytes a multiple of 8)"),
+        op("mask", "$m6", "f16|f32", "optional [R|1, T|1], rows padded to 8 bytes"),
+        op("workspace", "$m7", "f32", "6 * T + 8 f32 of scratch"),
+        op("scale", "$m8", "f32", "bits of the f32 scale", "scalar"),
+        op("visible", "$m9", "i32", "causal: keys visible to query row 0", "scalar"),
+    )
+    return dataclasses.replace(
+        spec,
+        status=IMPLEMENTED,
+        source=TEMPLATE_DIR / "attention.S",
+        operands=operands,
+        entry_symbols=(
+            f"{ENTRY_PREFIX}attention_{{p}}_r{{R}}_t{{T}}_d{{D}}_v{{DV}}[_causal][_mask...]",
+        ),
+    )
+
+
+KERNELS["attention"] = _attention_spec(KERNELS["attention"])
