@@ -47,6 +47,8 @@ def run_gemm_f32(
         tile.max_cycles = 100_000 + 40 * rows * k * c  # a runaway loop is a fault
         tile.mem.write(left_at, left.view(np.uint8).reshape(-1), 8)
         tile.mem.write(right_at, right.view(np.uint8).reshape(-1), 8)
+        for end in (left_at + left.nbytes, right_at + right.nbytes):  # over-reads show
+            tile.mem.write(end, rng.uniform(-1, 1, 64).astype(np.float32).view(np.uint8), 8)
         tile.mem.write(out_at, prior.view(np.uint8).reshape(-1), 8)
         result = tile.call(symbol, {2: out_at, 3: left_at, 4: right_at, 11: STACK_TOP})
         got = tile.mem.read(out_at, prior.nbytes, 8).view(np.float32).reshape(rows, c)

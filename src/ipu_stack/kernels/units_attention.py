@@ -181,8 +181,10 @@ def run_attention(program: Any, unit: AttentionUnit, rng: np.random.Generator,
         stride = _stride(cols, a.dtype.itemsize)
         padded = np.zeros((a.shape[0], stride // a.dtype.itemsize), a.dtype)
         padded[:, :cols] = a
-        regs[reg] = _take(p, padded.nbytes)
+        regs[reg] = _take(p, padded.nbytes + 256)
         tile.mem.write(regs[reg], padded.view(np.uint8).reshape(-1), 8)
+        garbage = rng.uniform(-1, 1, 256 // a.dtype.itemsize).astype(a.dtype)  # over-reads show
+        tile.mem.write(regs[reg] + padded.nbytes, garbage.view(np.uint8), 8)
     out_bytes = unit.rows * unit.dv * unit.eb
     regs[2] = _take(p, out_bytes)
     tile.mem.write(regs[2], rng.integers(0, 256, out_bytes, dtype=np.uint8), 8)
