@@ -50,7 +50,9 @@ def run_gemm_f32(
         for end in (left_at + left.nbytes, right_at + right.nbytes):  # over-reads show
             tile.mem.write(end, rng.uniform(-1, 1, 64).astype(np.float32).view(np.uint8), 8)
         tile.mem.write(out_at, prior.view(np.uint8).reshape(-1), 8)
+        before = tile.mem.data.copy()
         result = tile.call(symbol, {2: out_at, 3: left_at, 4: right_at, 11: STACK_TOP})
+        stray = stray_writes(tile, before, [(out_at, prior.nbytes)])
         got = tile.mem.read(out_at, prior.nbytes, 8).view(np.float32).reshape(rows, c)
         assert spec.reference is not None
         want = spec.reference(left[None], right[None], prior[None], accumulate)[0]
@@ -59,11 +61,27 @@ def run_gemm_f32(
             bound += np.abs(prior.astype(np.float64))
         err = np.abs(got.astype(np.float64) - want.astype(np.float64))
         worst = float(np.nanmax(err / np.maximum(bound, 1e-30))) if err.size else 0.0
-        ok = bool(np.isfinite(got).all() and worst <= F32_TOLERANCE)
+        ok = bool(np.isfinite(got).all() and worst <= F32_TOLERANCE and not stray)
         out.append({
             "entry": symbol, "rows": rows, "accumulate": accumulate,
             "max_abs_error": float(np.nanmax(err)) if err.size else 0.0,
             "worst_relative": worst, "ok": ok, "emulated_cycles": result.cycles,
             "modelled_cycles": int(modelled),
+            **({"stray_writes": stray} if stray else {}),
         })  # fmt: skip
     return out
+
+
+def stray_writes(tile: Tile, before: np.ndarray, allowed: list[tuple[int, int]]) -> str:
+    """Where the call wrote memory outside ``allowed`` (address, bytes) spans and its stack
+    frames (the 4 KiB below the stack top); empty when it did not."""
+    from ipu_stack.kernels.kernel_run import STACK_TOP
+
+    changed = before != tile.mem.data
+    base = tile.mem.base
+    for at, size in [*allowed, (STACK_TOP - 0x1000, 0x1000)]:
+        changed[at - base : at - base + size] = False
+    if not changed.any():
+        return ""
+    first = int(np.flatnonzero(changed)[0]) + base
+    return f"{int(changed.sum())} bytes written outside the outputs, the first at {first:#x}"

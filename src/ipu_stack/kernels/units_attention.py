@@ -193,7 +193,11 @@ def run_attention(program: Any, unit: AttentionUnit, rng: np.random.Generator,
     regs[9] = visible_keys(unit, q_offset, q_total) & 0xFFFFFFFF
     modelled = attention_model_cycles(unit)
     tile.max_cycles = 200_000 + 200 * unit.rows * unit.keys * (unit.d + unit.dv)
+    before = tile.mem.data.copy()
     result = tile.call(unit.entry, regs)
+    from ipu_stack.kernels.kernel_run_f32 import stray_writes
+
+    stray = stray_writes(tile, before, [(regs[2], out_bytes), (regs[7], unit.workspace_bytes)])
     dt = np.float16 if unit.dtype == "f16" else np.float32
     got = tile.mem.read(regs[2], out_bytes, 8).view(dt).reshape(unit.rows, unit.dv)
     want = unit.reference(args, scale, q_offset, q_total)
@@ -204,7 +208,9 @@ def run_attention(program: Any, unit: AttentionUnit, rng: np.random.Generator,
         "max_abs_error": float(np.nanmax(err)),
         "emulated_cycles": result.cycles, "modelled_cycles": modelled,
     }  # fmt: skip
-    finite = bool(np.isfinite(got).all())
+    finite = bool(np.isfinite(got).all()) and not stray
+    if stray:
+        entry["stray_writes"] = stray
     if unit.dtype == "f16":
         ulp = np.spacing(np.maximum(np.abs(want), 2.0**-14).astype(np.float16)).astype(np.float64)
         entry["worst_ulp"] = float(np.nanmax(err / ulp))
