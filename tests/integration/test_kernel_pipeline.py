@@ -242,4 +242,4 @@ def test_plan_kernels_pairs_row_counts_per_shape():
         "gemm_f16_interleaved_k64_c80_r12_r12",
         "gemm_f32_interleaved_k64_c80_r7_r7",
     ]
-    assert units[-1].source is None  # F32 has no device code yet ("required")
+    assert units[-1].source is not None and units[-1].source.name == "gemm_f32.S"

@@ -292,6 +292,31 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "(scaled to the access size like ld64step's 64-bit atoms)",
         "Tile Vertex ISA hover ldb16step 'scaled to atom size'; the ldb16 offset scale assumed",
     ),
+    # -- F32 GEMM and attention (gemm_f32.S, attention.S) ------------------------------------
+    Assumption(
+        "vector_broadcast_operand",
+        "lane-repeat",
+        "the `$aSrc0:B` operand form of f32v2mul (and f32v2sub) repeats the one f32 in "
+        "$aSrc0 in both lanes (a scalar times a vector)",
+        "syntax from the Tile Vertex ISA (ipu_assembly_support hover f32v2mul, f32v2sub: a "
+        "second form `$aSrc0:B`); that B means broadcast is assumed",
+    ),
+    Assumption(
+        "f32_exp_div_accuracy",
+        "numpy-f32",
+        "f32exp returns NumPy's f32 exp, f32div the correctly rounded f32 quotient; f32max "
+        "and f32v2max return a NaN operand (np.maximum); f32sub rounds to nearest even",
+        "instructions from the Tile Vertex ISA (ipu_assembly_support hover f32exp, f32div, "
+        "f32max, f32sub: syntax and a one-line description only); accuracy and NaN handling "
+        "assumed",
+    ),
+    Assumption(
+        "long_latency_single_issue",
+        True,
+        "f32exp, f32div and f32tanh issue like any other instruction (one bundle slot, result "
+        "visible to the context's next bundle); no extra cycles are charged",
+        "assumed (their latencies are not public; facts §16.5 timing)",
+    ),
 )
 
 _BY_KEY = {a.key: a for a in ASSUMPTIONS}

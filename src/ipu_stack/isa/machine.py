@@ -18,7 +18,7 @@ import numpy as np
 from ipu_stack.isa import assumptions
 from ipu_stack.isa.ops import CONTROL, F143, OPS, PANEL_SLOT, Effects
 from ipu_stack.isa.program import Bundle, Program
-from ipu_stack.isa.state import CSR_INDEX, MASK32, Context, Fault, Memory
+from ipu_stack.isa.state import CSR_INDEX, MASK32, POISON, Context, Fault, Memory
 from ipu_stack.target import ipu21
 
 SLOTS = int(assumptions.value("barrel_slots"))  # type: ignore[call-overload]
@@ -163,7 +163,7 @@ class Tile:
         if entry not in self.program.labels:
             raise Fault(f"{self.program.name}: no entry symbol {entry!r}")
         sup = self.contexts[SUPERVISOR]
-        sup.m = [0] * 16
+        sup.m = [POISON | n for n in range(15)] + [0]  # undefined on entry ($m15 = $mzero)
         for reg, value in registers.items():
             sup.m[reg] = value & MASK32
         sup.m[10] = RETURN_ADDRESS

@@ -343,14 +343,26 @@ _VEC = {
     "f16v2mul": (np.float16, 1, np.multiply),
     "f32add": (np.float32, 1, np.add),
     "f32mul": (np.float32, 1, np.multiply),
+    "f32sub": (np.float32, 1, np.subtract),
+    "f32v2sub": (np.float32, 2, np.subtract),
+    "f32max": (np.float32, 1, np.maximum),
+    "f32v2max": (np.float32, 2, np.maximum),
+    "f32div": (np.float32, 1, np.divide),
 }
+
+
+def _vec_operand(c: Context, text: str, words: int) -> np.ndarray:
+    """Source words of a vector instruction; ``$aN:B`` repeats one word in every lane."""
+    if text.endswith(":B"):
+        return np.repeat(_a_words(c, text[:-2], 1), words)
+    return _a_words(c, text, words)
 
 
 def op_vector(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     """Elementwise F16/F32 add and multiply, rounded to nearest even (vector_rounding)."""
     dtype, words, fn = _VEC[ins.mnemonic]
-    a = _a_words(c, ins.operands[1], words).view(dtype)
-    b = _a_words(c, ins.operands[2], words).view(dtype)
+    a = _vec_operand(c, ins.operands[1], words).view(dtype)
+    b = _vec_operand(c, ins.operands[2], words).view(dtype)
     with np.errstate(all="ignore"):
         r = fn(a.astype(np.float32), b.astype(np.float32)).astype(dtype)
     e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
@@ -366,11 +378,20 @@ def op_convert(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
 
 
+_TRANSCENDENTAL = {"f32tanh": np.tanh, "f32exp": np.exp}
+# rules these implementations follow (assumptions.py); a changed value fails here, not silently
+for _key, _supported in (("vector_broadcast_operand", "lane-repeat"),
+                         ("f32_exp_div_accuracy", "numpy-f32"),
+                         ("long_latency_single_issue", True)):  # fmt: skip
+    if assumptions.value(_key) != _supported:
+        raise NotImplementedError(f"the emulator implements {_key} = {_supported!r} only")
+
+
 def op_transcendental(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
-    """f32tanh: tanh of one f32 (assumption transcendental_accuracy)."""
+    """f32tanh, f32exp: of one f32 (assumption transcendental_accuracy)."""
     x = _a_words(c, ins.operands[1], 1).view(np.float32)
     with np.errstate(all="ignore"):
-        r = np.tanh(x).astype(np.float32)
+        r = _TRANSCENDENTAL[ins.mnemonic](x).astype(np.float32)
     e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
 
 
@@ -396,6 +417,7 @@ OPS: dict[str, Op] = {
     "f16v2tof32": op_convert,
     "f32v2tof16": op_convert,
     "f32tanh": op_transcendental,
+    "f32exp": op_transcendental,
 }  # fmt: skip
 
 # -- row-wise kernels (layer norm, softmax): f32 sub/max and f32 unary functions ------------------

@@ -9,6 +9,7 @@ needs a new instruction adds it here (with its source) first.
 Operand kinds:
     m      MRF register ($m0-$m15 and aliases)       a     ARF register ($a0-$a15, $azero)
     a2     ARF pair $aN:N+1, N even, or $azeros      a4    ARF quad $aN:N+3, N % 4 == 0
+    aB     one ARF register broadcast to both lanes ($aN:B)
     m2     MRF pair $mN:N+1, N even                  m2+=  the same, post-incremented
     m+=    MRF register, post-incremented            csr   a CSR name or an index expression
     i      immediate expression (may name labels)    mi    m or i
@@ -68,15 +69,25 @@ _TABLE: dict[str, tuple] = {
     "put": _i(("csr", "m"), source="facts §16.3 put"),
     "uget": _i(("a", "csr"), context=WORKER),
     "uput": _i(("csr", "a"), context=WORKER, source="facts §6 $FP_CLR via uput"),
-    "ld32": _i(("m", "m", "m", "mi")),
-    "st32": _i(("m", "m", "m", "mi")),
+    "ld32": _i(("m", "m", "m", "mi"), ("a", "m", "m", "mi")),
+    "st32": _i(("m", "m", "m", "mi"), ("a", "m", "m", "mi")),
     "ld64": _i(("a2", "m", "m", "mi"), context=WORKER),
     "st64": _i(("a2", "m", "m", "mi"), context=WORKER),
     "ld64step": _i(("a2", "m", "m+=", "mi"), context=WORKER, source="facts §16.3"),
-    "ld32step": _i(("m", "m", "m+=", "mi"), context=WORKER, source="facts §16.3 (ld64step)"),
+    "ld32step": _i(("m", "m", "m+=", "mi"), ("a", "m", "m+=", "mi"), context=WORKER,
+                   source="facts §16.3 (ld64step); Tile Vertex ISA ld32step $aDst0"),
+    "st32step": _i(("a", "m", "m+=", "mi"), context=WORKER, source="Tile Vertex ISA st32step"),
     "st64step": _i(("a2", "m", "m+=", "mi"), context=WORKER, source="facts §16.3 (ld64step)"),
     **{op: _i(("a2", "a2", "a2"), context=WORKER, source="Tile Vertex ISA vector arithmetic")
        for op in ("f16v4add", "f16v4mul", "f32v2add", "f32v2mul")},
+    # the scalar-broadcast form `$aSrc0:B` of f32v2mul/f32v2sub (Tile Vertex ISA syntax)
+    "f32v2mul": _i(("a2", "a2", "a2"), ("a2", "aB", "a2"), context=WORKER,
+                   source="Tile Vertex ISA f32v2mul (two forms)"),
+    **{op: _i(("a", "a", "a"), context=WORKER, source=f"Tile Vertex ISA {op} (scalar f32)")
+       for op in ("f32add", "f32mul", "f32sub", "f32max", "f32div")},
+    **{op: _i(("a2", "a2", "a2"), context=WORKER, source=f"Tile Vertex ISA {op}")
+       for op in ("f32v2sub", "f32v2max")},
+    "f32exp": _i(("a", "a"), context=WORKER, source="Tile Vertex ISA f32exp $aDst0, $aSrc0"),
     "f16v2tof32": _i(("a2", "a"), context=WORKER, source="Tile Vertex ISA conversions"),
     "f32tanh": _i(("a", "a"), context=WORKER, source="Graphcore LLVM fork llvm.colossus.tanh.f32"),
     "f32v2tof16": _i(("a", "a2"), context=WORKER, source="Tile Vertex ISA conversions"),
@@ -177,6 +188,10 @@ def register_error(kind: str, text: str) -> str | None:
         if m and int(m[1]) <= 15:
             return None
         return f"expected an ARF register ($a0-$a15), got {t!r}"
+    if kind == "aB":
+        if not t.endswith(":B"):
+            return f"expected a broadcast ARF register ($aN:B), got {t!r}"
+        return register_error("a", t[:-2])
     if kind in ("a2", "a4"):
         width = 2 if kind == "a2" else 4
         if kind == "a2" and t in ARF_PAIR_ALIASES:

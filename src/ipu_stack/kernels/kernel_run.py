@@ -87,6 +87,14 @@ def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str,
             program = load_unit(src, unary.flags(), name)
             report["source"] = str(src)
             report["entries"] = [run_unary(program, unary, rng)]
+        elif name.startswith("attention_"):  # kernels/units_attention.py
+            from ipu_stack.kernels import units_attention as ua
+
+            att = ua.parse_attention_unit(name)
+            src = Path(source) if source else att.source
+            program = load_unit(src, att.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [ua.run_attention(program, att, rng, _Placer)]
         else:
             unit = parse_unit(name)
             src = Path(source) if source else unit.source
@@ -116,8 +124,10 @@ def _gemm_panels_bound(left: np.ndarray, right: np.ndarray, prior: np.ndarray, k
 def _run_gemm(program: Any, variant: registry.GemmVariant, rng: np.random.Generator) -> list:
     spec = variant.spec
     p = spec.precision
-    if p is ipu21.F32:
-        raise GraphError(f"{variant.name}: F32 GEMM has no device code (f32sisov2amp dataflow)")
+    if p is ipu21.F32:  # vector-pipeline kernel (gemm_f32.S): f32 output, f32 tolerance
+        from ipu_stack.kernels.kernel_run_f32 import run_gemm_f32
+
+        return run_gemm_f32(program, variant, rng, _Placer)
     fp8 = p is ipu21.F8
     k, c = variant.k, variant.c
     out = []

@@ -38,6 +38,7 @@ from ipu_stack.target.ipu21 import F8, F16, F32, Precision
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 GEMM_TEMPLATE = TEMPLATE_DIR / "gemm_amp.S"
+GEMM_F32_TEMPLATE = TEMPLATE_DIR / "gemm_f32.S"  # vector pipeline (f32sisov2amp is not public)
 ENTRY_PREFIX = "ipu_stack_"
 
 IMPLEMENTED = "implemented"
@@ -279,7 +280,8 @@ def _gemm_spec(precision: Precision, interleaved: bool, packed: bool) -> GemmKer
         for phase in GEMM_PHASES
         for size in GEMM_SIZES
     )
-    has_code = precision is not F32  # the F32 AMP dataflow (f32sisov2amp) is not public
+    # F32: the AMP dataflow (f32sisov2amp) is not public; gemm_f32.S uses f32v2mul/f32v2add
+    template = GEMM_F32_TEMPLATE if precision is F32 else GEMM_TEMPLATE
     cycles_array: Callable[..., np.ndarray] | None = None
     if packed:
         cycles = partial(
@@ -296,11 +298,11 @@ def _gemm_spec(precision: Precision, interleaved: bool, packed: bool) -> GemmKer
             f"{precision.name.upper()} AMP GEMM out[rows, C] (+)= left[rows, K] @ right[K, C], "
             f"{weights} weights" + (", packed output" if packed else "")
         ),
-        status=IMPLEMENTED if has_code else REQUIRED,
+        status=IMPLEMENTED,
         operands=_gemm_operands(precision, interleaved, packed),
         entry_symbols=entries,
         relations=_GEMM_RELATIONS,
-        source=GEMM_TEMPLATE if has_code else None,
+        source=template,
         reference=_gemm_reference(precision),
         cycles=cycles,
         cycles_array=cycles_array,
@@ -523,3 +525,35 @@ def parse_gemm_variant(name: str) -> GemmVariant:
     group = int(m["g"] or 0)
     spec = gemm_kernel(m["p"], "interleaved" if m["il"] else "standard", bool(group))
     return GemmVariant(spec, int(m["k"]), int(m["c"]), int(m["s"]), int(m["l"]), group)
+
+
+# Attention has device code (templates/attention.S; unit names in kernels/units_attention.py):
+# its ABI, with the scale, causal offset and workspace registers the template takes.
+def _attention_spec(spec: KernelSpec) -> KernelSpec:
+    import dataclasses
+
+    def op(name: str, register: str, dtype: str, layout: str, role: str = "input") -> Operand:
+        return Operand(name, role, register, dtype, layout, 1 if role == "scalar" else 8)
+
+    operands = (
+        op("output", "$m2", "f16|f32", "[R, DV] rows dense", "output"),
+        op("q", "$m3", "f16|f32", "[R, D] rows dense (D * bytes a multiple of 8)"),
+        op("k", "$m4", "f16|f32", "[T, D] rows dense"),
+        op("v", "$m5", "f16|f32", "[T, DV] rows dense (DV * bytes a multiple of 8)"),
+        op("mask", "$m6", "f16|f32", "optional [R|1, T|1], rows padded to 8 bytes"),
+        op("workspace", "$m7", "f32", "6 * T + 8 f32 of scratch"),
+        op("scale", "$m8", "f32", "bits of the f32 scale", "scalar"),
+        op("visible", "$m9", "i32", "causal: keys visible to query row 0", "scalar"),
+    )
+    return dataclasses.replace(
+        spec,
+        status=IMPLEMENTED,
+        source=TEMPLATE_DIR / "attention.S",
+        operands=operands,
+        entry_symbols=(
+            f"{ENTRY_PREFIX}attention_{{p}}_r{{R}}_t{{T}}_d{{D}}_v{{DV}}[_causal][_mask...]",
+        ),
+    )
+
+
+KERNELS["attention"] = _attention_spec(KERNELS["attention"])

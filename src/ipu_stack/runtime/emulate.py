@@ -1,16 +1,17 @@
 """``run --kernels emulate``: kernel calls executed by their device code on the ISA emulator.
 
-:class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call
-whose kernel has device code (F16/F8 GEMMs; contiguous add/mul of equal shapes or with a row
-vector; 8-byte copies and fills; reduce-add of up to 256 partials; GeLU, the unary kinds,
-sub/div and the column, scalar and [R, 1] forms of :mod:`ipu_stack.kernels.units_unary`; layer
-norm, softmax and the row mean of :mod:`ipu_stack.kernels.units_rowwise`; the indexing, integer
-and F8-cast kernels of :mod:`ipu_stack.runtime.emulate_indexing`) runs its unit's assembly on
+:class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call whose
+kernel has device code (F16/F8/F32 GEMMs; attention, see ``runtime/emulate_attention.py``;
+contiguous add/mul of equal shapes or with a row vector; 8-byte copies and fills; reduce-add of
+up to 256 partials; GeLU, the unary kinds, sub/div and the column, scalar and [R, 1] forms of
+:mod:`ipu_stack.kernels.units_unary`; layer norm, softmax and the row mean of
+:mod:`ipu_stack.kernels.units_rowwise`; the indexing, integer and F8-cast kernels of
+:mod:`ipu_stack.runtime.emulate_indexing`) runs its unit's assembly on
 :class:`ipu_stack.isa.Tile` over the tile's memory bytes, in place; any other call keeps its
 NumPy semantics and is counted as ``modelled``. The simulator clock still advances by the cost
-model; the emulated cycles are reported next to it per kernel unit. GEMM calls run the single-row-
-count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the paired unit
-the package lists.
+model; the emulated cycles are reported next to it per kernel unit. GEMM calls run the
+single-row-count unit of their row count (``gemm_..._rR_rR``), whose entry code is that of the
+paired unit the package lists.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class EmulatedKernels:
             lambda: {"calls": 0, "emulated_cycles": 0, "modelled_cycles": 0}
         )
         self._table: np.ndarray | None = None
+        self._workspace: tuple[int, int] | None = None  # attention scratch, restored after
         self.modelled: dict[str, dict[str, int]] = defaultdict(
             lambda: {"calls": 0, "modelled_cycles": 0}
         )
@@ -68,11 +70,17 @@ class EmulatedKernels:
         if self._table is not None:
             memory.write(TABLE_ADDRESS, self._table.view(np.uint8), 4)
             self._table = None
+        borrowed = None
+        if self._workspace is not None:  # attention: a workspace the lowering does not carve
+            lo, hi = (x - ipu21.TILE_MEMORY_BASE for x in self._workspace)
+            borrowed, self._workspace = (lo, tile_mem[lo:hi].copy()), None
         try:
             result = Tile(program, memory).call(entry, {**regs, 11: STACK_TOP})
         except Trap as trap:  # a gather id out of range: the semantics' error
             raise trap_error(call, trap) from None
         tile_mem[-scratch:] = saved
+        if borrowed is not None:
+            tile_mem[borrowed[0] : borrowed[0] + len(borrowed[1])] = borrowed[1]
         unit = self.units[name]
         unit["calls"] += 1
         unit["emulated_cycles"] += result.cycles + ipu21.KERNEL_LAUNCH_CYCLES
@@ -83,14 +91,15 @@ class EmulatedKernels:
         if isinstance(call, MapCall) and emulate_indexing.handles(call):
             return emulate_indexing.indexing_job(call, address)
         if isinstance(call, GemmCall):
-            if call.precision is ipu21.F32:
-                return None
+            if call.precision is ipu21.F32 and 4 * max(call.k, call.c) > 0xFFFF:
+                return None  # beyond gemm_f32.S's immediates (its .error): stays modelled
             il = "_interleaved" if call.weights == "interleaved" else ""
             name = f"gemm_{call.precision.name}{il}_k{call.k}_c{call.c}_r{call.rows}_r{call.rows}"
             v = registry.parse_gemm_variant(name)
             eb = call.precision.element_bytes
+            ob = 4 if call.precision is ipu21.F32 else 2  # F32: gemm_f32.S, f32 output
             regs = {
-                2: address(call.out, call.rows * call.c * 2, 32, "gemm output"),
+                2: address(call.out, call.rows * call.c * ob, 32, "gemm output"),
                 3: address(call.left, call.rows * call.k * eb, 32, "gemm left"),
                 4: address(call.right, call.k * call.c * eb, 32, "gemm right"),
             }
@@ -147,6 +156,14 @@ class EmulatedKernels:
             regs = {2: address(out.ref, n * out_eb, 8, "cast output"),
                     3: address(src.ref, n * in_eb, 8, "cast input")}  # fmt: skip
             return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+        if isinstance(call, MapCall) and call.kind == "attention":
+            from ipu_stack.runtime.emulate_attention import attention_job
+
+            job = attention_job(call, address)
+            if job is not None:
+                self._workspace = job[-1]
+                return job[:-1]
+            return None
         if isinstance(call, MapCall) and call.kind in ("add", "mul"):
             out = call.out
             if out.dtype not in ("f16", "f32"):
