@@ -480,6 +480,23 @@ GEMM_KERNELS: dict[tuple[str, str, bool], GemmKernelSpec] = {
     for packed in (False, True)
     if not (packed and p is F32)  # packed output is an F16-accumulator path
 }
+# Map kinds and local kernels with device code: their main template (the unit names of
+# kernels/units.py, units_unary.py and units_rowwise.py pick the template of each form: add and
+# mul with a broadcast operand run broadcast.S, tanh GeLU gelu_tanh.S). Forms no unit covers
+# keep their NumPy semantics in ``run --kernels emulate`` (README "Kernels on the emulator").
+OTHER_SOURCES = {
+    "reduce_add": "reduce_add.S", "copy": "elementwise.S", "fill_zero": "elementwise.S",
+    "add": "elementwise.S", "mul": "elementwise.S", "gelu": "gelu_erf.S", "cast": "cast.S",
+    "layer_norm": "layer_norm.S", "softmax": "softmax.S", "reduce_mean": "layer_norm.S",
+    **dict.fromkeys(("sub", "div", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow"),
+                    "unary.S"),
+}  # fmt: skip
+_OTHER_KERNELS = tuple(
+    dataclasses.replace(k, status=IMPLEMENTED, source=TEMPLATE_DIR / OTHER_SOURCES[k.name])
+    if k.name in OTHER_SOURCES
+    else k
+    for k in _OTHER_KERNELS
+)
 KERNELS: dict[str, KernelSpec] = {
     **{spec.name: spec for spec in GEMM_KERNELS.values()},
     **{spec.name: spec for spec in _OTHER_KERNELS},
