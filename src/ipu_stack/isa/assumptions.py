@@ -208,11 +208,76 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "assumed",
     ),
     Assumption(
+        "vector_broadcast_operand",
+        "lane-repeat",
+        "the `$aSrc0:B` operand form of f32v2mul repeats the one f32 in $aSrc0 in both lanes "
+        "(a scalar times a vector)",
+        "syntax from the Tile Vertex ISA (ipu_assembly_support hover f32v2mul, f32v2sub: a "
+        "second form `$aSrc0:B`); that B means broadcast is assumed",
+    ),
+    Assumption(
+        "compare_mask",
+        "0xffffffff / 0",
+        "f32v2cmpXX writes, per lane, all ones when the comparison holds and zero otherwise "
+        "(a NaN operand compares false except for cmpne), so and64/andc64/or64 select lanes",
+        "Tile Vertex ISA hover 'vector less-than test' (result format not stated); assumed",
+    ),
+    Assumption(
+        "min_max_nan",
+        "propagate",
+        "f32max, f32v2max and f32v2min return NaN when an operand is NaN (as NumPy's maximum "
+        "and minimum)",
+        "assumed (the ISA text says only 'maximum' / 'minimum')",
+    ),
+    # -- scalar f32 functions (softmax, GeLU, attention, layer norm, the unary kinds) ----------
+    Assumption(
+        "f32_divide_sqrt_rounding",
+        "correctly rounded",
+        "f32div, f32oox (1/x) and f32sqrt return the correctly rounded f32 result (IEEE "
+        "division and square root, nearest even); the layer-norm division corrects a "
+        "quotient from f32oox with an exact residual, so it stays exact if f32oox is off by "
+        "an ulp",
+        "Tile Vertex ISA hover 'floating-point division', 'single-precision reciprocal', "
+        "'square root' (f32div.md, f32oox.md, f32sqrt.md; accuracy not stated); assumed",
+    ),
+    Assumption(
+        "f32exp_accuracy",
+        "numpy-f32",
+        "f32exp returns NumPy's f32 exp (the function the softmax and attention semantics "
+        "call); the hardware's accuracy is not public, so on a C600 softmax, attention and "
+        "GeLU outputs may differ from the semantics by the exp error (a few f32 ulp) besides "
+        "what the emulator shows",
+        "instruction in the Tile Vertex ISA (ipu_assembly_support hover/f32exp.md, no text); "
+        "accuracy assumed",
+    ),
+    Assumption(
         "transcendental_accuracy",
         "numpy-f32",
         "f32tanh returns NumPy's f32 tanh (correctly rounded in practice); the hardware's "
         "accuracy is not public",
         "instruction from Graphcore's public LLVM fork (llvm.colossus.tanh.f32); accuracy assumed",
+    ),
+    Assumption(
+        "exp_sigmoid_accuracy",
+        "exact-rounded-once",
+        "f32sigm returns the exact 1 / (1 + exp(-x)) rounded once to f32",
+        "instructions in the Tile Vertex ISA hover list (no text); accuracy assumed",
+    ),
+    Assumption(
+        "long_latency_single_issue",
+        True,
+        "f32div, f32oox, f32sqrt, f32exp, f32sigm and f32tanh issue like any other "
+        "instruction (one bundle slot, result visible to the context's next bundle); no extra "
+        "cycles are charged, so the emulated cycles of the units that use them (GeLU, "
+        "softmax, layer norm, attention, the unary kinds) are a lower bound",
+        "assumed (their latencies are not public; facts §16.5 timing)",
+    ),
+    Assumption(
+        "ldb16_offset_units",
+        "16-bit atoms",
+        "ldb16's immediate / register offset and ldb16step's increment count 16-bit atoms "
+        "(scaled to the access size like ld64step's 64-bit atoms)",
+        "Tile Vertex ISA hover ldb16step 'scaled to atom size'; the ldb16 offset scale assumed",
     ),
     # -- integer, indexing and rearrangement kernels ---------------------------------------------
     Assumption(
@@ -223,99 +288,6 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "gather_rows: flat id position and id)",
         "trap: Tile Vertex ISA 'raise a patched breakpoint exception event' [R]; which "
         "registers the host reads back (debug interface) assumed",
-    ),
-    # -- row-wise kernels (layer norm, softmax) ----------------------------------------------
-    Assumption(
-        "f32exp_accuracy",
-        "numpy-f32",
-        "f32exp returns NumPy's f32 exp (the function the softmax semantics call); the "
-        "hardware's accuracy is not public, so on a C600 softmax outputs may differ from the "
-        "semantics by the exp error (a few f32 ulp) besides what the emulator shows",
-        "instruction in the Tile Vertex ISA (ipu_assembly_support hover/f32exp.md, no text); "
-        "accuracy assumed",
-    ),
-    Assumption(
-        "f32_reciprocal_sqrt_rounding",
-        "correctly rounded",
-        "f32oox (1/x) and f32sqrt return the correctly rounded f32 result (IEEE division "
-        "and square root); the layer-norm division corrects a quotient from f32oox with an "
-        "exact residual, so it stays exact if f32oox is off by an ulp",
-        "ISA text 'single-precision reciprocal' / 'square root' (hover/f32oox.md, "
-        "f32sqrt.md); rounding assumed",
-    ),
-    Assumption(
-        "f32max_nan",
-        "propagate",
-        "f32max / f32v2max return NaN when an operand is NaN (as NumPy's maximum)",
-        "assumed (the ISA text says only 'maximum')",
-    ),
-    # -- unary / broadcast elementwise (isa/ops_unary.py) ------------------------------------
-    Assumption(
-        "compare_mask",
-        "0xffffffff / 0",
-        "f32v2cmpXX writes, per lane, all ones when the comparison holds and zero otherwise "
-        "(a NaN operand compares false except for cmpne), so and64/andc64/or64 select lanes",
-        "Tile Vertex ISA hover 'vector less-than test' (result format not stated); assumed",
-    ),
-    Assumption(
-        "vector_min_max_nan",
-        "propagate",
-        "f32v2min / f32v2max return NaN when either lane operand is NaN",
-        "assumed (the templates clamp values whose NaN reaches the output anyway)",
-    ),
-    Assumption(
-        "f32_divide_sqrt_rounding",
-        "ieee-nearest-even",
-        "f32div and f32sqrt return the correctly rounded IEEE result (nearest even)",
-        "Tile Vertex ISA hover 'floating-point division', 'square root' (accuracy not "
-        "stated); assumed",
-    ),
-    Assumption(
-        "exp_sigmoid_accuracy",
-        "exact-rounded-once",
-        "f32sigm returns the exact 1 / (1 + exp(-x)) rounded once to f32 (f32exp: see "
-        "f32exp_accuracy)",
-        "instructions in the Tile Vertex ISA hover list (no text); accuracy assumed",
-    ),
-    Assumption(
-        "scalar_function_issue",
-        1,
-        "f32div, f32sqrt, f32exp, f32sigm and f32tanh issue in one bundle like any aux "
-        "instruction, their result visible to the next bundle (latency hidden by the barrel)",
-        "assumed (their hardware latency is not public; emulated cycles of the GeLU, "
-        "sigmoid, sqrt and divide units are a lower bound)",
-    ),
-    Assumption(
-        "ldb16_offset_units",
-        "16-bit atoms",
-        "ldb16's immediate / register offset and ldb16step's increment count 16-bit atoms "
-        "(scaled to the access size like ld64step's 64-bit atoms)",
-        "Tile Vertex ISA hover ldb16step 'scaled to atom size'; the ldb16 offset scale assumed",
-    ),
-    # -- F32 GEMM and attention (gemm_f32.S, attention.S) ------------------------------------
-    Assumption(
-        "vector_broadcast_operand",
-        "lane-repeat",
-        "the `$aSrc0:B` operand form of f32v2mul (and f32v2sub) repeats the one f32 in "
-        "$aSrc0 in both lanes (a scalar times a vector)",
-        "syntax from the Tile Vertex ISA (ipu_assembly_support hover f32v2mul, f32v2sub: a "
-        "second form `$aSrc0:B`); that B means broadcast is assumed",
-    ),
-    Assumption(
-        "f32_exp_div_accuracy",
-        "numpy-f32",
-        "f32exp returns NumPy's f32 exp, f32div the correctly rounded f32 quotient; f32max "
-        "and f32v2max return a NaN operand (np.maximum); f32sub rounds to nearest even",
-        "instructions from the Tile Vertex ISA (ipu_assembly_support hover f32exp, f32div, "
-        "f32max, f32sub: syntax and a one-line description only); accuracy and NaN handling "
-        "assumed",
-    ),
-    Assumption(
-        "long_latency_single_issue",
-        True,
-        "f32exp, f32div and f32tanh issue like any other instruction (one bundle slot, result "
-        "visible to the context's next bundle); no extra cycles are charged",
-        "assumed (their latencies are not public; facts §16.5 timing)",
     ),
 )
 

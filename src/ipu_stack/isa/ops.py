@@ -31,7 +31,9 @@ from ipu_stack.isa.state import (
     element,
     mpair,
     mreg,
+    operand_value,
     require_interleaved,
+    signed32,
 )
 
 if TYPE_CHECKING:
@@ -67,21 +69,6 @@ class Effects:
 Op = Callable[["Tile", Context, Instr, Effects], None]
 
 
-def _signed(v: int) -> int:
-    v &= MASK32
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
-def _src(c: Context, ins: Instr, i: int) -> int:
-    text = ins.operands[i]
-    if text.startswith("$"):
-        return c.m[mreg(text)]
-    value = ins.imms[i]
-    if value is None:
-        raise Fault(f"operand {text!r} has no value")
-    return value & MASK32
-
-
 def _a_words(c: Context, text: str, n: int) -> np.ndarray:
     if text in ("$azero", "$azeros"):
         return np.zeros(n, np.uint32)
@@ -97,12 +84,12 @@ _ALU: dict[str, Callable[[int, int], int]] = {
     "xor": lambda a, b: a ^ b,
     "shl": lambda a, b: a << (b & 31),
     "shr": lambda a, b: (a & MASK32) >> (b & 31),
-    "shrs": lambda a, b: _signed(a) >> (b & 31),
-    "mul": lambda a, b: _signed(a) * _signed(b),
-    "min": lambda a, b: min(_signed(a), _signed(b)),
-    "max": lambda a, b: max(_signed(a), _signed(b)),
+    "shrs": lambda a, b: signed32(a) >> (b & 31),
+    "mul": lambda a, b: signed32(a) * signed32(b),
+    "min": lambda a, b: min(signed32(a), signed32(b)),
+    "max": lambda a, b: max(signed32(a), signed32(b)),
     "cmpult": lambda a, b: int((a & MASK32) < (b & MASK32)),
-    "cmpslt": lambda a, b: int(_signed(a) < _signed(b)),
+    "cmpslt": lambda a, b: int(signed32(a) < signed32(b)),
     "cmpeq": lambda a, b: int((a & MASK32) == (b & MASK32)),
     "cmpne": lambda a, b: int((a & MASK32) != (b & MASK32)),
 }
@@ -110,12 +97,12 @@ _ALU: dict[str, Callable[[int, int], int]] = {
 
 def op_alu(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     a = c.m[mreg(ins.operands[1])]
-    e.m.append((c, mreg(ins.operands[0]), _ALU[ins.mnemonic](a, _src(c, ins, 2))))
+    e.m.append((c, mreg(ins.operands[0]), _ALU[ins.mnemonic](a, operand_value(c, ins, 2))))
 
 
 def op_set(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     dst = ins.operands[0]
-    value = 0 if ins.mnemonic == "zero" else _src(c, ins, 1)
+    value = 0 if ins.mnemonic == "zero" else operand_value(c, ins, 1)
     if dst.startswith("$a"):
         e.a.append((c, areg(dst), np.array([value], np.uint32)))
     else:
@@ -129,11 +116,11 @@ def op_branch(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
         e.jump = c.m[mreg(ins.operands[0])]
         return
     if name == "bri":
-        e.jump = _src(c, ins, 0)
+        e.jump = operand_value(c, ins, 0)
         return
     value = c.m[mreg(ins.operands[0])]
     if (value == 0) == (name == "brz"):
-        e.jump = _src(c, ins, 1)
+        e.jump = operand_value(c, ins, 1)
 
 
 def op_nop(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
@@ -141,7 +128,7 @@ def op_nop(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
 
 
 def op_rpt(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
-    t.start_repeat(c, ins, _src(c, ins, 0), _src(c, ins, 1))
+    t.start_repeat(c, ins, operand_value(c, ins, 0), operand_value(c, ins, 1))
 
 
 def op_worker_control(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
@@ -149,10 +136,10 @@ def op_worker_control(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     if name == "exitz":
         t.exit_worker(c)
     elif name == "sync":
-        t.sync(c, _src(c, ins, 0))
+        t.sync(c, operand_value(c, ins, 0))
     else:  # run, runall
         entry, base = c.m[mreg(ins.operands[0])], c.m[mreg(ins.operands[1])]
-        t.launch(name, entry, base, _src(c, ins, 2))
+        t.launch(name, entry, base, operand_value(c, ins, 2))
 
 
 # -- CSRs --------------------------------------------------------------------------------------
@@ -187,10 +174,10 @@ def op_load_store(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     delta = c.m[mreg(delta_text)]
     if name.endswith("step"):
         address = (base + delta) & MASK32
-        inc = _src(c, ins, 3)
-        e.m.append((c, mreg(delta_text), delta + _signed(inc) * width))
+        inc = operand_value(c, ins, 3)
+        e.m.append((c, mreg(delta_text), delta + signed32(inc) * width))
     else:
-        address = (base + delta + _signed(_src(c, ins, 3)) * width) & MASK32
+        address = (base + delta + signed32(operand_value(c, ins, 3)) * width) & MASK32
     if width == 16:
         require_interleaved(address, name)
     words = width // 4
@@ -256,7 +243,7 @@ def op_pace(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     p = mpair(addr_text)
     addrs = list(untapack(c.m[p], c.m[p + 1]))
     stride = c.m[mreg(ops[-2])]
-    code = _src(c, ins, len(ops) - 1)
+    code = operand_value(c, ins, len(ops) - 1)
     used = [*loads, *stores]
     elements = [element(addrs[i]) for i in used]
     named = [x for x in elements if x is not None]
@@ -288,7 +275,7 @@ def op_pace(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
 def op_putcs(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     """ld64putcs / ld128putcs: coefficient-store loads from $CCCSLOAD (post-incremented)."""
     width = 16 if ins.mnemonic == "ld128putcs" else 8
-    slot = _src(c, ins, 0)
+    slot = operand_value(c, ins, 0)
     t.require_workers_idle(ins.mnemonic)
     address = t.csr.get(CSR_INDEX["CCCSLOAD"], 0)
     if width == 16:
@@ -305,7 +292,7 @@ def op_putcs(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
 def op_amp(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     """f16v4hihov4amp / f8v8hihov4amp (facts §16.3; dataflow assumptions amp_*)."""
     fp8 = ins.mnemonic.startswith("f8")
-    flags = _src(c, ins, 3)
+    flags = operand_value(c, ins, 3)
     if flags not in _PHASES:
         raise Fault(f"{ins.mnemonic} flags {flags} name no AMP phase")
     phase = _PHASES[flags]
@@ -318,7 +305,7 @@ def op_amp(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     if fp8:
         x = x_raw.view(np.uint8).view(F143).astype(np.float32)
         rows = weights[8 * phase : 8 * phase + 8]
-        scale = np.float32(2.0 ** _signed(t.csr.get(CSR_FP_ISCL, 0)))
+        scale = np.float32(2.0 ** signed32(t.csr.get(CSR_FP_ISCL, 0)))
         products = (x @ rows) * scale
     else:
         x = x_raw.view(np.float16).astype(np.float32)
@@ -345,8 +332,10 @@ _VEC = {
     "f32mul": (np.float32, 1, np.multiply),
     "f32sub": (np.float32, 1, np.subtract),
     "f32v2sub": (np.float32, 2, np.subtract),
+    "f16v4sub": (np.float16, 2, np.subtract),
     "f32max": (np.float32, 1, np.maximum),
     "f32v2max": (np.float32, 2, np.maximum),
+    "f32v2min": (np.float32, 2, np.minimum),
     "f32div": (np.float32, 1, np.divide),
 }
 
@@ -359,7 +348,8 @@ def _vec_operand(c: Context, text: str, words: int) -> np.ndarray:
 
 
 def op_vector(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
-    """Elementwise F16/F32 add and multiply, rounded to nearest even (vector_rounding)."""
+    """Elementwise F16/F32 add, sub, mul, min, max and f32div, rounded to nearest even
+    (assumptions vector_rounding, min_max_nan, f32_divide_sqrt_rounding)."""
     dtype, words, fn = _VEC[ins.mnemonic]
     a = _vec_operand(c, ins.operands[1], words).view(dtype)
     b = _vec_operand(c, ins.operands[2], words).view(dtype)
@@ -378,17 +368,17 @@ def op_convert(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
 
 
-_TRANSCENDENTAL = {"f32tanh": np.tanh, "f32exp": np.exp}
+_TRANSCENDENTAL = {"f32tanh": np.tanh}
 # rules these implementations follow (assumptions.py); a changed value fails here, not silently
 for _key, _supported in (("vector_broadcast_operand", "lane-repeat"),
-                         ("f32_exp_div_accuracy", "numpy-f32"),
+                         ("transcendental_accuracy", "numpy-f32"),
                          ("long_latency_single_issue", True)):  # fmt: skip
     if assumptions.value(_key) != _supported:
         raise NotImplementedError(f"the emulator implements {_key} = {_supported!r} only")
 
 
 def op_transcendental(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
-    """f32tanh, f32exp: of one f32 (assumption transcendental_accuracy)."""
+    """f32tanh of one f32 (assumption transcendental_accuracy)."""
     x = _a_words(c, ins.operands[1], 1).view(np.float32)
     with np.errstate(all="ignore"):
         r = _TRANSCENDENTAL[ins.mnemonic](x).astype(np.float32)
@@ -417,21 +407,11 @@ OPS: dict[str, Op] = {
     "f16v2tof32": op_convert,
     "f32v2tof16": op_convert,
     "f32tanh": op_transcendental,
-    "f32exp": op_transcendental,
 }  # fmt: skip
 
-# -- row-wise kernels (layer norm, softmax): f32 sub/max and f32 unary functions ------------------
-_VEC_ROWWISE: dict[str, Any] = {
-    "f32v2sub": (np.float32, 2, np.subtract),
-    "f32sub": (np.float32, 1, np.subtract),
-    "f32v2max": (np.float32, 2, np.maximum),
-    "f32max": (np.float32, 1, np.maximum),
-}  # fmt: skip
-_VEC.update(_VEC_ROWWISE)
-
-
-for _key, _supported in (("f32exp_accuracy", "numpy-f32"), ("f32max_nan", "propagate"),
-                         ("f32_reciprocal_sqrt_rounding", "correctly rounded")):  # fmt: skip
+# -- f32 functions of one register (layer norm, softmax, attention, GeLU) -----------------------
+for _key, _supported in (("f32exp_accuracy", "numpy-f32"), ("min_max_nan", "propagate"),
+                         ("f32_divide_sqrt_rounding", "correctly rounded")):  # fmt: skip
     if assumptions.value(_key) != _supported:
         raise NotImplementedError(f"the emulator implements {_key} = {_supported!r} only")
 
@@ -440,7 +420,7 @@ def _reciprocal(x: np.ndarray) -> np.ndarray:
     return np.float32(1.0) / x
 
 
-#: f32 functions of one register (assumptions f32exp_accuracy, f32_reciprocal_sqrt_rounding)
+#: f32 functions of one register (assumptions f32exp_accuracy, f32_divide_sqrt_rounding)
 _UNARY_F32: dict[str, Callable[[np.ndarray], Any]] = {
     "f32exp": np.exp,
     "f32oox": _reciprocal,
@@ -456,7 +436,6 @@ def op_f32_unary(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
 
 
-OPS.update({name: op_vector for name in ("f32v2sub", "f32sub", "f32v2max", "f32max")})
 OPS.update({name: op_f32_unary for name in _UNARY_F32})
 
 #: instructions that may not appear in a rpt body (facts §16.3 rpt: control and system)
@@ -467,6 +446,6 @@ CONTROL = {"br", "bri", "brz", "brnz", "rpt", "exitz", "sync", "run", "runall", 
 from ipu_stack.isa.ops_indexing import OPS as _INDEXING_OPS  # noqa: E402
 
 OPS.update(_INDEXING_OPS)
-# unary / broadcast elementwise templates (vector sub, min/max, compares, ARF bitwise logic,
-# f32div/f32sqrt/f32exp/f32sigm, ldb16): isa/ops_unary.py
+# unary / broadcast elementwise templates (compares, ARF bitwise logic, f32sigm, ldb16):
+# isa/ops_unary.py
 OPS.update(OPS_UNARY)

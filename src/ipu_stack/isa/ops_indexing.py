@@ -14,7 +14,7 @@ import numpy as np
 
 from ipu_stack.isa import assumptions
 from ipu_stack.isa.program import Instr
-from ipu_stack.isa.state import MASK32, Context, Fault, mreg
+from ipu_stack.isa.state import MASK32, Context, Fault, mreg, operand_value, signed32
 
 if TYPE_CHECKING:
     from ipu_stack.isa.machine import Tile
@@ -33,21 +33,6 @@ class Trap(Fault):
         self.registers = registers
 
 
-def _signed(v: int) -> int:
-    v &= MASK32
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
-def _operand(c: Context, ins: Instr, i: int) -> int:
-    text = ins.operands[i]
-    if text.startswith("$"):
-        return c.m[mreg(text)]
-    value = ins.imms[i]
-    if value is None:
-        raise Fault(f"operand {text!r} has no value")
-    return value & MASK32
-
-
 _SUBWORD = {"ldz8": (1, False), "lds8": (1, True), "ldz16": (2, False), "lds16": (2, True)}
 
 
@@ -61,10 +46,10 @@ def op_subword_load(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     delta = c.m[mreg(delta_text)]
     if name.endswith("step"):
         address = (base + delta) & MASK32
-        inc = _signed(_operand(c, ins, 3))
+        inc = signed32(operand_value(c, ins, 3))
         e.m.append((c, mreg(delta_text), delta + inc * width))
     else:  # the offset is unsigned (zimm12 or a register)
-        address = (base + delta + _operand(c, ins, 3) * width) & MASK32
+        address = (base + delta + operand_value(c, ins, 3) * width) & MASK32
     raw = t.mem.read(address, width)
     value = int(raw.view(np.uint8 if width == 1 else np.uint16)[0])
     if signed and value >> (8 * width - 1):
@@ -81,9 +66,9 @@ def op_clz(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
 def op_trap(t: Tile, c: Context, ins: Instr, e: Effects) -> None:
     """trap zimm4: raise an exception event; the registers of assumption trap_reports are
     kept for the host (the caller turns them into the error the semantics raise)."""
-    code = _operand(c, ins, 0)
+    code = operand_value(c, ins, 0)
     regs = {name: c.m[mreg(name)] for name in TRAP_REGISTERS}
-    shown = ", ".join(f"{k}={_signed(v)}" for k, v in regs.items())
+    shown = ", ".join(f"{k}={signed32(v)}" for k, v in regs.items())
     raise Trap(f"trap {code} ({shown})", code, regs)
 
 

@@ -1,13 +1,12 @@
 """Instruction semantics for the unary and broadcast elementwise templates (``unary.S``,
-``gelu_erf.S``, the column form of ``broadcast.S``): vector subtract, min/max and compares,
-64-bit ARF bitwise logic, the scalar f32 divide/square root/exponential/sigmoid, and the
-16-bit load-and-broadcast ``ldb16``/``ldb16step``.
+``gelu_erf.S``, the column form of ``broadcast.S``): vector compares, 64-bit ARF bitwise
+logic, the scalar f32 sigmoid, and the 16-bit load-and-broadcast ``ldb16``/``ldb16step``.
 
 Mnemonics and operand forms are those of the public Tile Vertex ISA (hover text of
 ``graphcore/ipu_assembly_support``); what it does not say (compare masks, rounding and
 accuracy of the scalar functions, NaN handling of min/max) is a row of
-:mod:`ipu_stack.isa.assumptions` (``compare_mask``, ``f32_divide_sqrt_rounding``,
-``transcendental_accuracy``, ``vector_min_max_nan``). Merged into :data:`ipu_stack.isa.ops.OPS`.
+:mod:`ipu_stack.isa.assumptions` (``compare_mask``,
+``exp_sigmoid_accuracy``, ``ldb16_offset_units``). Merged into :data:`ipu_stack.isa.ops.OPS`.
 """
 
 from __future__ import annotations
@@ -31,13 +30,6 @@ def _words(c: Context, text: str, n: int) -> np.ndarray:
     return c.a[areg(text) : areg(text) + n].copy()
 
 
-_VEC2: dict[str, tuple[Any, Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
-    "f16v4sub": (np.float16, np.subtract),
-    "f32v2sub": (np.float32, np.subtract),
-    "f32v2max": (np.float32, np.maximum),
-    "f32v2min": (np.float32, np.minimum),
-}
-
 _CMP: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "f32v2cmplt": np.less,
     "f32v2cmple": np.less_equal,
@@ -52,16 +44,6 @@ _BITS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "andc64": lambda a, b: np.bitwise_and(a, np.bitwise_not(b)),
     "or64": np.bitwise_or,
 }
-
-
-def op_vec2(t: Tile, c: Context, ins: Instr, e: Any) -> None:
-    """f16v4sub, f32v2sub, f32v2max, f32v2min (64-bit pairs; rounded to nearest even)."""
-    dtype, fn = _VEC2[ins.mnemonic]
-    a = _words(c, ins.operands[1], 2).view(dtype)
-    b = _words(c, ins.operands[2], 2).view(dtype)
-    with np.errstate(all="ignore"):
-        r = fn(a.astype(np.float32), b.astype(np.float32)).astype(dtype)
-    e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
 
 
 def op_compare(t: Tile, c: Context, ins: Instr, e: Any) -> None:
@@ -83,26 +65,18 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
 
 
-# f32exp and f32sqrt are isa/ops.py's (op_f32_unary: assumptions f32exp_accuracy and
-# f32_reciprocal_sqrt_rounding), one definition for every template.
+# f32exp, f32sqrt and f32oox are isa/ops.py's (op_f32_unary), f32div and the vector
+# sub/min/max its op_vector: one definition of each instruction for every template.
 _SCALAR1: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "f32sigm": _sigmoid,
 }
 
 
 def op_scalar(t: Tile, c: Context, ins: Instr, e: Any) -> None:
-    """f32div $aD, $aS0, $aS1 and the one-operand f32sigm: one f32 each.
-
-    f32div rounds correctly (assumption f32_divide_sqrt_rounding); f32sigm is the exact
-    function rounded once to f32 (assumption exp_sigmoid_accuracy).
-    """
+    """f32sigm $aD, $aS: the exact function rounded once to f32 (exp_sigmoid_accuracy)."""
     x = _words(c, ins.operands[1], 1).view(np.float32)
     with np.errstate(all="ignore"):
-        if ins.mnemonic == "f32div":
-            y = _words(c, ins.operands[2], 1).view(np.float32)
-            r = (x / y).astype(np.float32)
-        else:
-            r = _SCALAR1[ins.mnemonic](x).astype(np.float32)
+        r = _SCALAR1[ins.mnemonic](x).astype(np.float32)
     e.a.append((c, areg(ins.operands[0]), r.view(np.uint32)))
 
 
@@ -126,10 +100,9 @@ def op_ldb16(t: Tile, c: Context, ins: Instr, e: Any) -> None:
 
 
 OPS_UNARY: dict[str, Callable[..., None]] = {
-    **{name: op_vec2 for name in _VEC2},
     **{name: op_compare for name in _CMP},
     **{name: op_bits64 for name in _BITS},
-    **{name: op_scalar for name in ("f32div", *_SCALAR1)},
+    **{name: op_scalar for name in _SCALAR1},
     "ldb16": op_ldb16,
     "ldb16step": op_ldb16,
 }

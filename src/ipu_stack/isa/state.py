@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from ipu_stack.errors import IpuStackError
 from ipu_stack.isa import assumptions
 from ipu_stack.kernels.isa import ARF_ALIASES, MRF_ALIASES
 from ipu_stack.target import ipu21
+
+if TYPE_CHECKING:
+    from ipu_stack.isa.program import Instr
 
 MASK32 = 0xFFFFFFFF
 AMP_PIPELINE_ROWS = int(assumptions.value("amp_pipeline_rows"))  # type: ignore[call-overload]
@@ -136,3 +140,20 @@ def require_interleaved(address: int, what: str) -> None:
     if address < ipu21.INTERLEAVED_BASE:
         raise Fault(f"{what} at {address:#x} must be in the interleaved region (from "
                     f"{ipu21.INTERLEAVED_BASE:#x})")  # fmt: skip
+
+
+def signed32(v: int) -> int:
+    """A 32-bit register value read as two's-complement."""
+    v &= MASK32
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def operand_value(c: Context, ins: Instr, i: int) -> int:
+    """Operand ``i`` of ``ins``: an MRF register's value or the immediate, as 32 bits."""
+    text = ins.operands[i]
+    if text.startswith("$"):
+        return c.m[mreg(text)]
+    value = ins.imms[i]
+    if value is None:
+        raise Fault(f"operand {text!r} has no value")
+    return value & MASK32

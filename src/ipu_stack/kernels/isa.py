@@ -85,9 +85,8 @@ _TABLE: dict[str, tuple] = {
                    source="Tile Vertex ISA f32v2mul (two forms)"),
     **{op: _i(("a", "a", "a"), context=WORKER, source=f"Tile Vertex ISA {op} (scalar f32)")
        for op in ("f32add", "f32mul", "f32sub", "f32max", "f32div")},
-    **{op: _i(("a2", "a2", "a2"), context=WORKER, source=f"Tile Vertex ISA {op}")
-       for op in ("f32v2sub", "f32v2max")},
-    "f32exp": _i(("a", "a"), context=WORKER, source="Tile Vertex ISA f32exp $aDst0, $aSrc0"),
+    **{op: _i(("a", "a"), context=WORKER, source=f"Tile Vertex ISA {op} $aDst0, $aSrc0")
+       for op in ("f32exp", "f32oox", "f32sqrt", "f32sigm")},
     "f16v2tof32": _i(("a2", "a"), context=WORKER, source="Tile Vertex ISA conversions"),
     "f32tanh": _i(("a", "a"), context=WORKER, source="Graphcore LLVM fork llvm.colossus.tanh.f32"),
     "f32v2tof16": _i(("a", "a2"), context=WORKER, source="Tile Vertex ISA conversions"),
@@ -110,21 +109,6 @@ _TABLE: dict[str, tuple] = {
     "f16v4hihov4amp": _i(("a2", "a2", "a2", "i"), context=WORKER),
     "f8v8hihov4amp": _i(("a2", "a2", "a2", "i"), context=WORKER),
 }  # fmt: skip
-# Row-wise kernels (layer norm, softmax): the ARF forms of the 32-bit loads and stores
-# (ipu_assembly_support hover/ld32.md, ld32step.md, st32.md) and f32 arithmetic.
-_TABLE.update({
-    "ld32": _i(("ma", "m", "m", "mi"), source="ipu_assembly_support ld32 (MRF or ARF)"),
-    "st32": _i(("ma", "m", "m", "mi"), source="ipu_assembly_support st32 (MRF or ARF)"),
-    "ld32step": _i(("ma", "m", "m+=", "mi"), context=WORKER, source="ld32step (MRF or ARF)"),
-    "st32step": _i(("a", "m", "m+=", "mi"), context=WORKER, source="st32step (ARF)"),
-    **{op: _i(("a2", "a2", "a2"), context=WORKER, source="Tile Vertex ISA f32v2sub/f32v2max")
-       for op in ("f32v2sub", "f32v2max")},
-    **{op: _i(("a", "a", "a"), context=WORKER, source="Tile Vertex ISA f32add/sub/mul/max")
-       for op in ("f32add", "f32sub", "f32mul", "f32max")},
-    **{op: _i(("a", "a"), context=WORKER, source="Tile Vertex ISA f32exp, f32oox, f32sqrt")
-       for op in ("f32exp", "f32oox", "f32sqrt")},
-})  # fmt: skip
-
 # integer, indexing and rearrangement kernels (transpose.S, gather.S, concat.S, select.S,
 # argmax.S, cast_i32.S): Tile Vertex ISA (graphcore/ipu_assembly_support hover pages)
 _TABLE.update({
@@ -132,22 +116,19 @@ _TABLE.update({
        for op in ("ldz8", "lds8", "ldz16", "lds16")},
     **{f"{op}step": _i(("m", "m", "m+=", "mi"), source="Tile Vertex ISA ldz8step/ldz16step")
        for op in ("ldz8", "lds8", "ldz16", "lds16")},
-    "st32step": _i(("ma", "m", "m+=", "mi"), source="Tile Vertex ISA st32step"),
     "trap": _i((("i", 0, 15),), source="Tile Vertex ISA trap zimm4"),
     "clz": _i(("m", "m"), source="Tile Vertex ISA clz"),
 })  # fmt: skip
 
-# unary / broadcast elementwise templates (unary.S, gelu_erf.S, broadcast.S columns): public
-# Tile Vertex ISA mnemonics (graphcore/ipu_assembly_support hover text); isa/ops_unary.py
+# vector sub/min/max/compares, ARF bit logic, ldb16 and the ARF forms of the 32-bit loads and
+# stores (unary.S, gelu_erf.S, broadcast.S columns, the row-wise and indexing kernels): public
+# Tile Vertex ISA mnemonics (graphcore/ipu_assembly_support hover text)
 _VERTEX_ISA = "Tile Vertex ISA (ipu_assembly_support hover text)"
 _TABLE.update({
     **{op: _i(("a2", "a2", "a2"), context=WORKER, source=_VERTEX_ISA)
        for op in ("f16v4sub", "f32v2sub", "f32v2max", "f32v2min", "f32v2cmplt", "f32v2cmple",
                   "f32v2cmpgt", "f32v2cmpge", "f32v2cmpeq", "f32v2cmpne", "and64", "andc64",
                   "or64")},
-    "f32div": _i(("a", "a", "a"), context=WORKER, source=_VERTEX_ISA),
-    **{op: _i(("a", "a"), context=WORKER, source=_VERTEX_ISA)
-       for op in ("f32sqrt", "f32exp", "f32sigm")},
     "ldb16": _i(("a", "m", "m", "mi"), context=WORKER, source=_VERTEX_ISA),
     "ldb16step": _i(("a", "m", "m+=", "mi"), context=WORKER, source=_VERTEX_ISA),
     "ld32": _i(("m", "m", "m", "mi"), ("a", "m", "m", "mi"), source=_VERTEX_ISA),
