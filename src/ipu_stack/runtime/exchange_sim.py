@@ -255,7 +255,7 @@ def _transfer(
         )
         - w.lead
     )
-    direction = np.asarray(topology.direction(src, w.tile), np.int64)
+    direction = _direction(src, w.tile)
     # runs: keys are tile * _BIG + write cycle (the lead is constant per tile, so write keys
     # are in select order); windows are disjoint and sorted
     w_key = w.tile * _BIG + w.start + w.lead
@@ -305,18 +305,7 @@ def _transfer(
     ov_a = np.maximum(s0[ov_run], sends.start[ov_piece])
     ov_b = np.minimum((s0 + r_len)[ov_run], s_end[ov_piece])
     # cycles of a run no piece covers, or covered by a piece sent the other way
-    first_ov = np.concatenate([[True], ov_run[1:] != ov_run[:-1]]) if len(ov_run) else ov_run > 0
-    covered_to = np.where(first_ov, s0[ov_run], np.concatenate([[0], ov_b[:-1]]))
-    tail = s0 + r_len
-    run_end = np.full(len(r_key), -1, np.int64)
-    if len(ov_run):
-        run_end[ov_run] = ov_b  # the last overlap of a run is written last
-    empty = n_ov == 0
-    misses = [
-        (ov_run[ov_a > covered_to], covered_to[ov_a > covered_to]),
-        (np.flatnonzero(empty), s0[empty]),
-        (np.flatnonzero(~empty & (run_end < tail)), run_end[~empty & (run_end < tail)]),
-    ]
+    misses = _uncovered(ov_run, ov_a, ov_b, s0, r_len)
     wrong_way = (sends.sctl[ov_piece] & direction[r_win[ov_run]]) == 0
     misses.append((ov_run[wrong_way], ov_a[wrong_way]))
     miss_run = np.concatenate([m[0] for m in misses])
@@ -426,6 +415,37 @@ def _transfer(
         r_ptr[ov_run] + (ov_a - s0[ov_run]) * wpi - _BASE_WORD,
         (ov_b - ov_a) * wpi,
     )
+
+
+def _direction(src: IntArray, dest: IntArray) -> IntArray:
+    """Fabric direction (1 or 2) of each window's source."""
+    return np.asarray(topology.direction(src, dest), np.int64)
+
+
+def _uncovered(
+    ov_run: IntArray, ov_a: IntArray, ov_b: IntArray, s0: IntArray, r_len: IntArray
+) -> list[tuple[IntArray, IntArray]]:
+    """Send cycles of runs that no overlap covers: (run, first missing send cycle) pairs for a
+    gap before an overlap, a run with no overlap, and a run whose overlaps stop early.
+
+    Overlaps (send cycles ``[ov_a, ov_b)`` of run ``ov_run``) come in run and cycle order;
+    run r needs send cycles ``[s0[r], s0[r] + r_len[r])``.
+    """
+    n_ov = np.bincount(ov_run, minlength=len(s0))
+    first_ov = np.concatenate([[True], ov_run[1:] != ov_run[:-1]]) if len(ov_run) else ov_run > 0
+    covered_to = np.where(first_ov, s0[ov_run], np.concatenate([[0], ov_b[:-1]]))
+    tail = s0 + r_len
+    run_end = np.full(len(s0), -1, np.int64)
+    last = np.append(ov_run[1:] != ov_run[:-1], True) if len(ov_run) else ov_run > 0
+    run_end[ov_run[last]] = ov_b[last]
+    empty = n_ov == 0
+    short = ~empty & (run_end < tail)
+    gap = ov_a > covered_to
+    return [
+        (ov_run[gap], covered_to[gap]),
+        (np.flatnonzero(empty), s0[empty]),
+        (np.flatnonzero(short), run_end[short]),
+    ]
 
 
 def _copy(
