@@ -382,30 +382,7 @@ def _transfer(
     # every item goes somewhere: each direction bit of a send reaches a receiver that takes
     # the item (a word sent into the fabric for no one is a wrong row: an extra count, a
     # stray direction bit)
-    base = np.concatenate([[0], np.cumsum(sends.items)])
-    total = int(base[-1])
-    first_item = base[ov_piece] + ov_a - sends.start[ov_piece]
-    last_item = base[ov_piece] + ov_b - sends.start[ov_piece]
-    ov_dir = direction[r_win[ov_run]]
-    item_piece = np.repeat(np.arange(len(sends.items)), sends.items)
-    wanted = sends.sctl[item_piece] & 3
-    reached = []
-    for bit in (1, 2):
-        mine = ov_dir == bit
-        depth = np.bincount(first_item[mine], minlength=total + 1) - np.bincount(
-            last_item[mine], minlength=total + 1
-        )
-        reached.append(np.cumsum(depth[:total]) > 0)
-    lost = ((wanted & 1) != 0) & ~reached[0] | ((wanted & 2) != 0) & ~reached[1]
-    if lost.any():
-        i = int(np.flatnonzero(lost)[0])
-        piece = int(item_piece[i])
-        side = 1 if wanted[i] & 1 and not reached[0][i] else 2
-        raise SimulationError(
-            f"{where} tile {sends.tile[piece]} cycle {sends.start[piece] + i - base[piece]}: send "
-            f"at {sends.where[piece]:#x} (sctl {sends.sctl[piece]}) drives direction {side} with "
-            "an item no tile there receives"
-        )
+    _check_reached(where, sends, ov_piece, direction[r_win[ov_run]], ov_a, ov_b)
     wpi = sends.wpi[ov_piece]
     _copy(
         words32,
@@ -415,6 +392,54 @@ def _transfer(
         r_ptr[ov_run] + (ov_a - s0[ov_run]) * wpi - _BASE_WORD,
         (ov_b - ov_a) * wpi,
     )
+
+
+def _check_reached(
+    where: str, sends: _Sends, ov_piece: IntArray, ov_dir: IntArray, ov_a: IntArray, ov_b: IntArray
+) -> None:
+    """Every item of a send reaches a receiver in each direction it is sent (a word sent into
+    the fabric for no one is a wrong row: an extra count, a stray direction bit).
+
+    Per (piece, direction): the union of the overlaps' send cycles ``[ov_a, ov_b)`` must
+    cover the piece; the fault names the first item (in piece and item order) missed.
+    """
+    s_end = sends.start + sends.items
+    group = ov_piece * 4 + ov_dir
+    order = np.argsort(group * _BIG + ov_a, kind="stable")
+    g, a, b = group[order], ov_a[order], ov_b[order]
+    new = np.concatenate([[True], g[1:] != g[:-1]]) if len(g) else g > 0
+    gid = np.cumsum(new) - 1
+    keys = g[new]
+    reach = np.maximum.accumulate(gid * _BIG + b) - gid * _BIG  # covered up to, per group
+    piece = keys // 4
+    covered_to = np.where(new, sends.start[g // 4], np.concatenate([[0], reach[:-1]]))
+    first_miss = s_end[piece].copy()  # per group: first send cycle no overlap covers
+    gap = a > covered_to
+    np.minimum.at(first_miss, gid[gap], covered_to[gap])
+    last = np.append(np.flatnonzero(new)[1:], len(g)) - 1
+    first_miss = np.minimum(
+        first_miss, np.where(reach[last] < s_end[piece], reach[last], s_end[piece])
+    )
+    missed = np.full((len(sends.items), 2), -1, np.int64)  # first missed item, per direction
+    pieces = np.arange(len(sends.items))
+    for bit in (1, 2):
+        want = (sends.sctl & bit) != 0
+        at = np.searchsorted(keys, pieces * 4 + bit)
+        atc = np.minimum(at, max(len(keys) - 1, 0))
+        has = (at < len(keys)) & (keys[atc] == pieces * 4 + bit) if len(keys) else at < 0
+        miss = np.where(has, first_miss[atc] if len(keys) else 0, sends.start)
+        missed[:, bit - 1] = np.where(want & (miss < s_end), miss - sends.start, -1)
+    lost = (missed >= 0).any(axis=1)
+    if lost.any():
+        p = int(np.flatnonzero(lost)[0])
+        one, two = missed[p]
+        side = 1 if one >= 0 and (two < 0 or one <= two) else 2
+        k = int(one if side == 1 else two)
+        raise SimulationError(
+            f"{where} tile {sends.tile[p]} cycle {sends.start[p] + k}: send at "
+            f"{sends.where[p]:#x} (sctl {sends.sctl[p]}) drives direction {side} with an item no "
+            "tile there receives"
+        )
 
 
 def _direction(src: IntArray, dest: IntArray) -> IntArray:
@@ -460,13 +485,16 @@ def _copy(
 
     The blocks are disjoint from one another and from their sources (checked by the
     caller), so the order does not matter. Blocks of one length are moved by one gather and
-    one scatter on a sliding-window view of the memory (each index a contiguous block).
+    one scatter on a view of the memory whose element at each word address is the block of
+    that length starting there (opaque bytes: a memcpy per block; measured ~10 times faster
+    than a ``[blocks, words]`` sliding-window gather).
     """
     if not len(count):
         return
     if not words32.flags.c_contiguous:  # pragma: no cover - the simulator's memory is
         raise ValueError("exchange: tile memories must be one C-contiguous array")
     flat = words32.reshape(-1)
+    step = flat.strides[0]
     width = words32.shape[1]
     src_flat = src * width + src_word
     dst_flat = dst * width + dst_word
@@ -475,8 +503,12 @@ def _copy(
     cuts = np.flatnonzero(np.diff(lengths)) + 1
     for group in np.split(order, cuts):
         n = int(count[group[0]])
-        view = np.lib.stride_tricks.sliding_window_view(flat, n, writeable=True)
-        view[dst_flat[group]] = view[src_flat[group]]
+        # every word address starts an n-word block, one NumPy element (memcpy per index)
+        windows = np.lib.stride_tricks.as_strided(
+            flat, shape=(len(flat) - n + 1, n), strides=(step, step), writeable=True
+        )
+        blocks = windows.view(np.dtype((np.void, step * n)))[:, 0]
+        blocks[dst_flat[group]] = blocks[src_flat[group]]
 
 
 def _union(start: IntArray, stop: IntArray) -> tuple[IntArray, IntArray]:
