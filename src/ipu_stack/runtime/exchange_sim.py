@@ -44,7 +44,7 @@ _MUX_NONE = 0x1FFF  # the decoder's reading of "no source" (facts: 13-bit XPIC v
 _BASE_WORD = ipu21.TILE_MEMORY_BASE // 4
 _END_WORD = ipu21.TILE_MEMORY_END // 4
 _TAIL = 256  # cycles past the last send within which every open window must have closed
-CHUNK_CYCLES = 2_000_000  # receive cycles expanded at once (memory: ~100 bytes each)
+_COPY_WORDS = 1 << 18  # words moved per gather and scatter (the temporary stays in cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,7 +508,11 @@ def _copy(
             flat, shape=(len(flat) - n + 1, n), strides=(step, step), writeable=True
         )
         blocks = windows.view(np.dtype((np.void, step * n)))[:, 0]
-        blocks[dst_flat[group]] = blocks[src_flat[group]]
+        # in slices of ~1 MiB: a large temporary costs more in page faults than the copy
+        per = max(1, _COPY_WORDS // n)
+        for lo in range(0, len(group), per):
+            part = group[lo : lo + per]
+            blocks[dst_flat[part]] = blocks[src_flat[part]]
 
 
 def _union(start: IntArray, stop: IntArray) -> tuple[IntArray, IntArray]:

@@ -32,7 +32,7 @@ from ipu_stack.package.format import Package
 from ipu_stack.package.validate_program import check_call
 from ipu_stack.runtime.exchange_sim import Row, simulate
 from ipu_stack.runtime.sim import MEMORY_BYTES, RunResult, SimDevice, StepObserver
-from ipu_stack.runtime.tile_memory import tile_memories
+from ipu_stack.runtime.tile_memory import small_pages, tile_memories
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.decode import Decoded, decode
 
@@ -85,6 +85,7 @@ class _Tile:
         self.state, self.zone, self.walk, self.ordinal = RUN, -1, 0, 0
 
 
+@small_pages()
 def run_images(
     device: SimDevice, package: Package, executable: Any, feeds: Mapping[str, np.ndarray],
     resolver: Any, make_call: Any, observer: StepObserver | None = None,
