@@ -16,6 +16,9 @@ in f32 throughout.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import ml_dtypes
 import numpy as np
 
@@ -26,6 +29,11 @@ F143_MAX = 240.0
 _CACHE_ELEMENTS = 1 << 16
 _PRODUCT_ELEMENTS = 1 << 22
 F16_MAX = 65504.0
+_MAGIC_LOW, _MAGIC_HIGH = np.uint32(0x38800000), np.uint32(0x47000000)
+# the clip ufunc itself (np.clip's Python wrapper costs a third of the pass on 65 K elements)
+_clip = (getattr(np, "_core", None) or np.core).umath.clip
+# Threads of the GEMM semantics' blocks (bit-identical for any count).
+_THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
 
 
 def gemm_half_partials(
@@ -59,30 +67,32 @@ def gemm_half_partials(
     # Blocks of a few GEMMs (their f32 partials stay in cache); per block, every K panel's
     # product at once from one batched matmul of contiguous [panel, rows, k_micro] x
     # [panel, k_micro, c] operands (the last panel zero-padded: zero products add nothing),
-    # then the panels added in order, the partial rounded to f16 after each.
+    # then the panels added in order, the partial rounded to f16 after each. The blocks are
+    # independent (each writes its own GEMMs' partials), so they run on up to ``_THREADS``
+    # threads: NumPy releases the GIL in matmul and in the element-wise passes, and each
+    # block's result is the same whichever thread computes it.
     per = rows * c
     batch = max(1, _CACHE_ELEMENTS // per)
     panel_chunk = max(1, min(panels, _PRODUCT_ELEMENTS // (per * batch)))
     padded = panels * k_micro
     # Largest |product| of a panel: bounds the partials, so overflow to inf is handled only
     # where it can occur.
-    bound = (
-        float(np.abs(lefts.astype(np.float32)).max())
-        * float(np.abs(rights.astype(np.float32)).max())
-        * k_micro
-        * float(scale)
-    )
-    for a in range(0, n, batch):
+    bound = _abs_max(lefts) * _abs_max(rights) * k_micro * float(scale)
+
+    def block(a: int) -> None:
         b = min(n, a + batch)
         m = b - a
-        left32 = np.zeros((m, rows, padded), np.float32)
-        left32[:, :, :k] = lefts[a:b]
-        left_panels = np.ascontiguousarray(
-            left32.reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
-        )
-        right_panels = np.zeros((m, padded, c), np.float32)
-        right_panels[:, :k, :] = rights[a:b]
-        right_panels = right_panels.reshape(m, panels, k_micro, c)
+        left_panels = np.empty((m, panels, rows, k_micro), np.float32)
+        if padded == k:  # one converting copy into the panel layout
+            left_panels[...] = lefts[a:b].reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
+            right_panels = rights[a:b].astype(np.float32).reshape(m, panels, k_micro, c)
+        else:
+            left32 = np.zeros((m, rows, padded), np.float32)
+            left32[:, :, :k] = lefts[a:b]
+            left_panels[...] = left32.reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
+            right32 = np.zeros((m, padded, c), np.float32)
+            right32[:, :k, :] = rights[a:b]
+            right_panels = right32.reshape(m, panels, k_micro, c)
         part = result[a:b]
         acc32 = part.astype(np.float32)
         limit = float(np.abs(acc32).max()) if accumulate else 0.0
@@ -101,7 +111,25 @@ def gemm_half_partials(
                 limit += bound
                 _round_to_f16(acc32, sign, magic, limit > F16_MAX)
         part[...] = acc32  # exact: every partial is an f16 value
+
+    starts = range(0, n, batch)
+    if _THREADS > 1 and len(starts) > 1:
+        with ThreadPoolExecutor(_THREADS) as pool:
+            for _ in pool.map(block, starts):
+                pass
+    else:
+        for a in starts:
+            block(a)
     return result
+
+
+def _abs_max(values: np.ndarray) -> float:
+    """``max |values|`` as a float (NaN if there is a NaN). For f16, on the bit patterns: the
+    magnitudes order as their low 15 bits, NaNs above infinity (no f32 copy of the array)."""
+    if values.dtype == np.float16:
+        low = np.bitwise_and(values.view(np.uint16), np.uint16(0x7FFF)).max()
+        return float(np.uint16(low).view(np.float16))
+    return float(np.abs(values.astype(np.float32)).max())
 
 
 def _round_to_f16(acc: np.ndarray, sign: np.ndarray, magic: np.ndarray, overflow: bool) -> None:
@@ -116,7 +144,7 @@ def _round_to_f16(acc: np.ndarray, sign: np.ndarray, magic: np.ndarray, overflow
     bits, magic_bits = acc.view(np.uint32), magic.view(np.uint32)
     np.bitwise_and(bits, 0x80000000, out=sign)
     np.bitwise_and(bits, 0x7F800000, out=magic_bits)
-    np.clip(magic_bits, 0x38800000, 0x47000000, out=magic_bits)  # 2**-14 .. 2**15
+    _clip(magic_bits, _MAGIC_LOW, _MAGIC_HIGH, out=magic_bits)  # 2**-14 .. 2**15
     magic_bits += 13 << 23
     magic_bits |= sign
     acc += magic
