@@ -30,6 +30,7 @@ _CACHE_ELEMENTS = 1 << 16
 _PRODUCT_ELEMENTS = 1 << 22
 F16_MAX = 65504.0
 _MAGIC_LOW, _MAGIC_HIGH = np.uint32(0x38800000), np.uint32(0x47000000)
+_SIGN, _EXPONENT, _PLUS_13 = np.uint32(0x80000000), np.uint32(0x7F800000), np.uint32(13 << 23)
 # the clip ufunc itself (np.clip's Python wrapper costs a third of the pass on 65 K elements)
 _clip = (getattr(np, "_core", None) or np.core).umath.clip
 # Threads of the GEMM semantics' blocks (bit-identical for any count).
@@ -127,7 +128,13 @@ def _abs_max(values: np.ndarray) -> float:
     """``max |values|`` as a float (NaN if there is a NaN). For f16, on the bit patterns: the
     magnitudes order as their low 15 bits, NaNs above infinity (no f32 copy of the array)."""
     if values.dtype == np.float16:
-        low = np.bitwise_and(values.view(np.uint16), np.uint16(0x7FFF)).max()
+        bits = values.reshape(-1).view(np.uint16)
+        buffer = np.empty(max(1, min(len(bits), 1 << 20)), np.uint16)  # no large temporary
+        low = 0
+        for a in range(0, len(bits), len(buffer)):
+            part = buffer[: len(bits[a : a + len(buffer)])]
+            np.bitwise_and(bits[a : a + len(buffer)], np.uint16(0x7FFF), out=part)
+            low = max(low, int(part.max()))
         return float(np.uint16(low).view(np.float16))
     return float(np.abs(values.astype(np.float32)).max())
 
@@ -142,14 +149,14 @@ def _round_to_f16(acc: np.ndarray, sign: np.ndarray, magic: np.ndarray, overflow
     ``overflow``: some element may exceed the f16 range (then those become +-inf).
     """
     bits, magic_bits = acc.view(np.uint32), magic.view(np.uint32)
-    np.bitwise_and(bits, 0x80000000, out=sign)
-    np.bitwise_and(bits, 0x7F800000, out=magic_bits)
+    np.bitwise_and(bits, _SIGN, out=sign)
+    np.bitwise_and(bits, _EXPONENT, out=magic_bits)
     _clip(magic_bits, _MAGIC_LOW, _MAGIC_HIGH, out=magic_bits)  # 2**-14 .. 2**15
-    magic_bits += 13 << 23
-    magic_bits |= sign
-    acc += magic
-    acc -= magic
-    bits |= sign  # a value rounded to zero keeps its sign, as in f16
+    np.add(magic_bits, _PLUS_13, out=magic_bits)
+    np.bitwise_or(magic_bits, sign, out=magic_bits)
+    np.add(acc, magic, out=acc)
+    np.subtract(acc, magic, out=acc)
+    np.bitwise_or(bits, sign, out=bits)  # a value rounded to zero keeps its sign, as in f16
     if overflow:
         big = np.abs(acc) > F16_MAX
         acc[big] = np.copysign(np.float32(np.inf), acc[big])
