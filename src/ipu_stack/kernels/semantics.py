@@ -17,6 +17,7 @@ in f32 throughout.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
@@ -80,30 +81,43 @@ def gemm_half_partials(
     # where it can occur.
     bound = _abs_max(lefts) * _abs_max(rights) * k_micro * float(scale)
 
+    scratch = threading.local()  # per thread: buffers reused from block to block
+
+    def buffer(name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        # a fresh multi-MiB array per block costs page faults comparable to its matmul
+        size = int(np.prod(shape))
+        held = getattr(scratch, name, None)
+        if held is None or held.size < size:
+            held = np.empty(size, dtype)
+            setattr(scratch, name, held)
+        return held[:size].reshape(shape)
+
     def block(a: int) -> None:
         b = min(n, a + batch)
         m = b - a
-        left_panels = np.empty((m, panels, rows, k_micro), np.float32)
+        left_panels = buffer("left", (m, panels, rows, k_micro), np.float32)
+        right_panels = buffer("right", (m, panels, k_micro, c), np.float32)
         if padded == k:  # one converting copy into the panel layout
             left_panels[...] = lefts[a:b].reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
-            right_panels = rights[a:b].astype(np.float32).reshape(m, panels, k_micro, c)
+            right_panels.reshape(m, k, c)[...] = rights[a:b]
         else:
             left32 = np.zeros((m, rows, padded), np.float32)
             left32[:, :, :k] = lefts[a:b]
             left_panels[...] = left32.reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
-            right32 = np.zeros((m, padded, c), np.float32)
-            right32[:, :k, :] = rights[a:b]
-            right_panels = right32.reshape(m, panels, k_micro, c)
+            right_panels.reshape(m, padded, c)[:, k:, :] = 0
+            right_panels.reshape(m, padded, c)[:, :k, :] = rights[a:b]
         part = result[a:b]
-        acc32 = part.astype(np.float32)
+        acc32 = buffer("acc", part.shape, np.float32)
+        acc32[...] = part
         limit = float(np.abs(acc32).max()) if accumulate else 0.0
-        sign = np.empty(acc32.shape, np.uint32)
-        magic = np.empty(acc32.shape, np.float32)
+        sign = buffer("sign", acc32.shape, np.uint32)
+        magic = buffer("magic", acc32.shape, np.float32)
         for p in range(0, panels, panel_chunk):
             q = min(panels, p + panel_chunk)
             products = np.matmul(
                 left_panels[:, p:q].reshape(-1, rows, k_micro),
                 right_panels[:, p:q].reshape(-1, k_micro, c),
+                out=buffer("products", (m * (q - p), rows, c), np.float32),
             ).reshape(m, q - p, rows, c)
             if scale_exponent:
                 products *= scale
