@@ -21,8 +21,20 @@ Semantics (README "Tile code"; the row timing is the project's stated assumption
   one phase, a tile sending words that the same phase receives into, an instruction a row may
   not hold, a second send on a busy port.
 
-Every item and every receive cycle is expanded into arrays and matched with a sorted join, so
-the cost is proportional to the words moved, not to cycles x tiles.
+The simulation is exact per cycle but works per *run* and per send *piece*, never per cycle
+or per word: a run is a receive window (a live select up to the next select) split where a
+pointer write takes effect inside it, so within a run the receiver takes one item per cycle
+from one source into consecutive pointer words; a piece is one ``send`` (consecutive items
+from consecutive words, one per cycle). Each run is matched with the pieces of its source
+whose send cycles it covers (sorted searches on ``tile x 2**32 + cycle`` keys); each overlap
+of a run with a piece is one block copy. The faults are found on endpoints and intervals
+(uncovered send cycles of a run, the piece's direction bits and width, the run's pointer
+range, overlapping write intervals, write intervals meeting the sends' read intervals, items
+of a piece no run covers in a direction it is sent) and reported with the tile, cycle and
+address of the first faulty cycle, as the per-cycle simulation
+(:mod:`ipu_stack.runtime.exchange_cycles`, kept as the tests' reference) reports them. The
+cost is proportional to the runs and pieces plus the words copied (memcpy per block): the
+batch-4 SigLIP MLP's 134 M receive cycles (and words) are 2.1 M overlaps.
 """
 
 from __future__ import annotations
