@@ -16,11 +16,6 @@ in f32 throughout.
 
 from __future__ import annotations
 
-import mmap
-import os
-import traceback
-from collections.abc import Callable
-
 import ml_dtypes
 import numpy as np
 
@@ -35,13 +30,6 @@ _MAGIC_LOW, _MAGIC_HIGH = np.uint32(0x38800000), np.uint32(0x47000000)
 _SIGN, _EXPONENT, _PLUS_13 = np.uint32(0x80000000), np.uint32(0x7F800000), np.uint32(13 << 23)
 # the clip ufunc itself (np.clip's Python wrapper costs a third of the pass on 65 K elements)
 _clip = (getattr(np, "_core", None) or np.core).umath.clip
-# Processes sharing the GEMM semantics' blocks (bit-identical for any count; 1 or 2): a forked
-# child takes half of the blocks. Threads do not help: the blocks are thousands of ~15 us
-# NumPy calls, and measured here two threads took longer than one (GIL hand-offs per call).
-_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-_PROCESSES = 2 if hasattr(os, "fork") and _CPUS >= 2 else 1
-# Smallest work (output elements x panels) worth a fork (~45 ms with 1 GB of tile memory).
-_FORK_WORK = 1 << 26
 
 
 def gemm_half_partials(
@@ -76,8 +64,11 @@ def gemm_half_partials(
     # product at once from one batched matmul of contiguous [panel, rows, k_micro] x
     # [panel, k_micro, c] operands (the last panel zero-padded: zero products add nothing),
     # then the panels added in order, the partial rounded to f16 after each. The blocks are
-    # independent (each writes its own GEMMs' partials), so a forked child process can take
-    # half of them (see ``_split``).
+    # independent, but running them in parallel did not pay on the shared 2-core host: two
+    # threads took longer than one (the blocks are thousands of ~15 us NumPy calls, each
+    # taking the GIL), and a forked child taking half of the blocks made the batch-4 SigLIP
+    # MLP's image run slower (9.1 s against 8.3 s wall at load average ~1.1; the cause, e.g.
+    # copy-on-write faults, was not measured), so they run in this process.
     per = rows * c
     batch = max(1, _CACHE_ELEMENTS // per)
     panel_chunk = max(1, min(panels, _PRODUCT_ELEMENTS // (per * batch)))
@@ -131,56 +122,8 @@ def gemm_half_partials(
                 _round_to_f16(acc32, sign, magic, limit > F16_MAX)
         part[...] = acc32  # exact: every partial is an f16 value
 
-    starts = list(range(0, n, batch))
-    if _PROCESSES > 1 and len(starts) > 1 and n * per * panels >= _FORK_WORK and _idle_cpu():
-        return _split(block, starts, result)
-    for a in starts:
+    for a in range(0, n, batch):
         block(a, result)
-    return result
-
-
-def _idle_cpu() -> bool:
-    """Whether the host seems to have a core to spare (1-minute load average, which counts
-    this process, below the CPUs - 0.5): on a busy host the child would only take turns with
-    the parent (measured: no gain, the fork's cost added)."""
-    try:
-        return os.getloadavg()[0] < _CPUS - 0.5
-    except OSError:  # pragma: no cover - no load average on this platform
-        return False
-
-
-def _split(
-    block: Callable[[int, np.ndarray], None], starts: list[int], result: np.ndarray
-) -> np.ndarray:
-    """Run ``block(start, target)`` for every start, the second half in a forked child.
-
-    Both write into one shared anonymous mapping (the child's writes are the parent's),
-    copied into ``result`` afterwards; the child leaves without Python's cleanup
-    (``os._exit``), and its failure is raised here.
-    """
-    shared = np.frombuffer(mmap.mmap(-1, max(1, result.nbytes)), result.dtype, result.size)
-    shared = shared.reshape(result.shape)
-    shared[...] = result
-    half = len(starts) // 2
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child (coverage is not collected there)
-        code = 1
-        try:
-            for a in starts[half:]:
-                block(a, shared)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    try:
-        for a in starts[:half]:
-            block(a, shared)
-    finally:
-        _, status = os.waitpid(pid, 0)
-    if status != 0:
-        raise RuntimeError(f"GEMM semantics: the forked worker failed (wait status {status})")
-    result[...] = shared
     return result
 
 
