@@ -86,3 +86,27 @@ def test_round_to_f16_matches_numpy_conversion_on_special_values():
     sign, magic = np.empty(got.shape, np.uint32), np.empty(got.shape, np.float32)
     semantics._round_to_f16(got, sign, magic, overflow=True)
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_several_cache_blocks_give_the_panel_loop_bits():
+    # 9 GEMMs of 100 x 160 partials: 4 per cache block, so 3 blocks (buffers reused)
+    rng = np.random.default_rng(11)
+    lefts = rng.standard_normal((9, 100, 64)).astype(np.float16)
+    rights = rng.standard_normal((9, 64, 160)).astype(np.float16)
+    outs = rng.standard_normal((9, 100, 160)).astype(np.float16)
+    for accumulate in (False, True):
+        expected = _panel_loop(lefts, rights, outs, accumulate, 16)
+        got = semantics.gemm_f16(lefts, rights, outs, accumulate)
+        np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+
+
+def test_abs_max_on_f16_bits_is_the_f32_maximum():
+    rng = np.random.default_rng(4)
+    values = (rng.standard_normal(1000) * 100).astype(np.float16)
+    for special in ([], [np.inf], [-np.inf], [np.nan], [-np.nan, 3.0], [-0.0], [6.0e-8]):
+        x = np.concatenate([values, np.array(special, np.float16)])
+        want = float(np.abs(x.astype(np.float32)).max())
+        got = semantics._abs_max(x)
+        assert got == want or (np.isnan(got) and np.isnan(want)), (special, got, want)
+    tiny = np.array([-0.0, 6.0e-8, -1.2e-7], np.float16)
+    assert semantics._abs_max(tiny) == float(np.abs(tiny.astype(np.float32)).max())

@@ -26,6 +26,10 @@ F143_MAX = 240.0
 _CACHE_ELEMENTS = 1 << 16
 _PRODUCT_ELEMENTS = 1 << 22
 F16_MAX = 65504.0
+_MAGIC_LOW, _MAGIC_HIGH = np.uint32(0x38800000), np.uint32(0x47000000)
+_SIGN, _EXPONENT, _PLUS_13 = np.uint32(0x80000000), np.uint32(0x7F800000), np.uint32(13 << 23)
+# the clip ufunc itself (np.clip's Python wrapper costs a third of the pass on 65 K elements)
+_clip = (getattr(np, "_core", None) or np.core).umath.clip
 
 
 def gemm_half_partials(
@@ -59,40 +63,56 @@ def gemm_half_partials(
     # Blocks of a few GEMMs (their f32 partials stay in cache); per block, every K panel's
     # product at once from one batched matmul of contiguous [panel, rows, k_micro] x
     # [panel, k_micro, c] operands (the last panel zero-padded: zero products add nothing),
-    # then the panels added in order, the partial rounded to f16 after each.
+    # then the panels added in order, the partial rounded to f16 after each. The blocks are
+    # independent, but running them in parallel did not pay on the shared 2-core host: two
+    # threads took longer than one (the blocks are thousands of ~15 us NumPy calls, each
+    # taking the GIL), and a forked child taking half of the blocks made the batch-4 SigLIP
+    # MLP's image run slower (9.1 s against 8.3 s wall at load average ~1.1; the cause, e.g.
+    # copy-on-write faults, was not measured), so they run in this process.
     per = rows * c
     batch = max(1, _CACHE_ELEMENTS // per)
     panel_chunk = max(1, min(panels, _PRODUCT_ELEMENTS // (per * batch)))
     padded = panels * k_micro
     # Largest |product| of a panel: bounds the partials, so overflow to inf is handled only
     # where it can occur.
-    bound = (
-        float(np.abs(lefts.astype(np.float32)).max())
-        * float(np.abs(rights.astype(np.float32)).max())
-        * k_micro
-        * float(scale)
-    )
-    for a in range(0, n, batch):
+    bound = _abs_max(lefts) * _abs_max(rights) * k_micro * float(scale)
+
+    scratch: dict[str, np.ndarray] = {}  # buffers reused from block to block
+
+    def buffer(name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        # a fresh multi-MiB array per block costs page faults comparable to its matmul
+        size = int(np.prod(shape))
+        held = scratch.get(name)
+        if held is None or held.size < size:
+            held = scratch[name] = np.empty(size, dtype)
+        return held[:size].reshape(shape)
+
+    def block(a: int, target: np.ndarray) -> None:
         b = min(n, a + batch)
         m = b - a
-        left32 = np.zeros((m, rows, padded), np.float32)
-        left32[:, :, :k] = lefts[a:b]
-        left_panels = np.ascontiguousarray(
-            left32.reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
-        )
-        right_panels = np.zeros((m, padded, c), np.float32)
-        right_panels[:, :k, :] = rights[a:b]
-        right_panels = right_panels.reshape(m, panels, k_micro, c)
-        part = result[a:b]
-        acc32 = part.astype(np.float32)
+        left_panels = buffer("left", (m, panels, rows, k_micro), np.float32)
+        right_panels = buffer("right", (m, panels, k_micro, c), np.float32)
+        if padded == k:  # one converting copy into the panel layout
+            left_panels[...] = lefts[a:b].reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
+            right_panels.reshape(m, k, c)[...] = rights[a:b]
+        else:
+            left32 = np.zeros((m, rows, padded), np.float32)
+            left32[:, :, :k] = lefts[a:b]
+            left_panels[...] = left32.reshape(m, rows, panels, k_micro).transpose(0, 2, 1, 3)
+            right_panels.reshape(m, padded, c)[:, k:, :] = 0
+            right_panels.reshape(m, padded, c)[:, :k, :] = rights[a:b]
+        part = target[a:b]
+        acc32 = buffer("acc", part.shape, np.float32)
+        acc32[...] = part
         limit = float(np.abs(acc32).max()) if accumulate else 0.0
-        sign = np.empty(acc32.shape, np.uint32)
-        magic = np.empty(acc32.shape, np.float32)
+        sign = buffer("sign", acc32.shape, np.uint32)
+        magic = buffer("magic", acc32.shape, np.float32)
         for p in range(0, panels, panel_chunk):
             q = min(panels, p + panel_chunk)
             products = np.matmul(
                 left_panels[:, p:q].reshape(-1, rows, k_micro),
                 right_panels[:, p:q].reshape(-1, k_micro, c),
+                out=buffer("products", (m * (q - p), rows, c), np.float32),
             ).reshape(m, q - p, rows, c)
             if scale_exponent:
                 products *= scale
@@ -101,7 +121,25 @@ def gemm_half_partials(
                 limit += bound
                 _round_to_f16(acc32, sign, magic, limit > F16_MAX)
         part[...] = acc32  # exact: every partial is an f16 value
+
+    for a in range(0, n, batch):
+        block(a, result)
     return result
+
+
+def _abs_max(values: np.ndarray) -> float:
+    """``max |values|`` as a float (NaN if there is a NaN). For f16, on the bit patterns: the
+    magnitudes order as their low 15 bits, NaNs above infinity (no f32 copy of the array)."""
+    if values.dtype == np.float16:
+        bits = values.reshape(-1).view(np.uint16)
+        buffer = np.empty(max(1, min(len(bits), 1 << 20)), np.uint16)  # no large temporary
+        low = 0
+        for a in range(0, len(bits), len(buffer)):
+            part = buffer[: len(bits[a : a + len(buffer)])]
+            np.bitwise_and(bits[a : a + len(buffer)], np.uint16(0x7FFF), out=part)
+            low = max(low, int(part.max()))
+        return float(np.uint16(low).view(np.float16))
+    return float(np.abs(values.astype(np.float32)).max())
 
 
 def _round_to_f16(acc: np.ndarray, sign: np.ndarray, magic: np.ndarray, overflow: bool) -> None:
@@ -114,14 +152,14 @@ def _round_to_f16(acc: np.ndarray, sign: np.ndarray, magic: np.ndarray, overflow
     ``overflow``: some element may exceed the f16 range (then those become +-inf).
     """
     bits, magic_bits = acc.view(np.uint32), magic.view(np.uint32)
-    np.bitwise_and(bits, 0x80000000, out=sign)
-    np.bitwise_and(bits, 0x7F800000, out=magic_bits)
-    np.clip(magic_bits, 0x38800000, 0x47000000, out=magic_bits)  # 2**-14 .. 2**15
-    magic_bits += 13 << 23
-    magic_bits |= sign
-    acc += magic
-    acc -= magic
-    bits |= sign  # a value rounded to zero keeps its sign, as in f16
+    np.bitwise_and(bits, _SIGN, out=sign)
+    np.bitwise_and(bits, _EXPONENT, out=magic_bits)
+    _clip(magic_bits, _MAGIC_LOW, _MAGIC_HIGH, out=magic_bits)  # 2**-14 .. 2**15
+    np.add(magic_bits, _PLUS_13, out=magic_bits)
+    np.bitwise_or(magic_bits, sign, out=magic_bits)
+    np.add(acc, magic, out=acc)
+    np.subtract(acc, magic, out=acc)
+    np.bitwise_or(bits, sign, out=bits)  # a value rounded to zero keeps its sign, as in f16
     if overflow:
         big = np.abs(acc) > F16_MAX
         acc[big] = np.copysign(np.float32(np.inf), acc[big])

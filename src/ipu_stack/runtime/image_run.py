@@ -20,7 +20,7 @@ belongs to for lifetime checks (operand table word 0).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from ipu_stack.package.format import Package
 from ipu_stack.package.validate_program import check_call
 from ipu_stack.runtime.exchange_sim import Row, simulate
 from ipu_stack.runtime.sim import MEMORY_BYTES, RunResult, SimDevice, StepObserver
-from ipu_stack.runtime.tile_memory import tile_memories
+from ipu_stack.runtime.tile_memory import small_pages, tile_memories
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.decode import Decoded, decode
 
@@ -85,6 +85,7 @@ class _Tile:
         self.state, self.zone, self.walk, self.ordinal = RUN, -1, 0, 0
 
 
+@small_pages()
 def run_images(
     device: SimDevice, package: Package, executable: Any, feeds: Mapping[str, np.ndarray],
     resolver: Any, make_call: Any, observer: StepObserver | None = None,
@@ -155,11 +156,16 @@ def run_images(
             "which holds no value (never written, or clobbered by the last kernel call)"
         )
 
+    prepared: dict[int, tuple[int, Any]] = {}  # entry -> (registers needed, call builder)
+
     def kernel_call(t: _Tile, target: int, pc: int) -> None:
         symbol, nregs, template = entries[target]
-        needed = sum(1 << r for r in range(2, 2 + nregs)) | 2  # $m1: the operand table
-        if "$s" in str(template):
-            needed |= 1 << 9  # the spilled operands' pointer
+        if target not in prepared:
+            needed = sum(1 << r for r in range(2, 2 + nregs)) | 2  # $m1: the operand table
+            if "$s" in str(template):
+                needed |= 1 << 9  # the spilled operands' pointer
+            prepared[target] = (needed, _builder(template))
+        needed, build = prepared[target]
         if needed & ~t.defined:
             reg = (needed & ~t.defined).bit_length() - 1
             raise undefined(t, reg, f"call to {symbol}", pc)
@@ -170,7 +176,8 @@ def run_images(
             return int(words32[t.logical, mem_word(t, t.regs[9] + 4 * k, "spilled operand", pc)])
 
         try:
-            call = _fill(template, values, t.physical, spilled)
+            call = build(values, spilled)
+            call[1] = t.physical
         except (IndexError, TypeError, ValueError) as err:  # a malformed call template
             raise SimulationError(
                 f"tile {t.physical} cycle {clock[t.logical]}: call at {pc:#x} to {symbol}: its "
@@ -370,21 +377,23 @@ def _row(t: _Tile, words32: np.ndarray) -> Row:
     raise SimulationError(f"tile {t.physical}: the exchange row at {t.pc:#x} never returns")
 
 
-def _fill(template: Any, values: list[int], tile: int, spilled: Any) -> list[Any]:
-    """The package call list of a kernel entry with its registers' (and spilled) values."""
-
-    def sub(x: Any) -> Any:
-        if isinstance(x, str) and x.startswith("$m"):
-            return int(values[int(x[2:]) - 2])
-        if isinstance(x, str) and x.startswith("$s"):
-            return spilled(int(x[2:]))
-        if isinstance(x, list):
-            return [sub(v) for v in x]
-        return x
-
-    out = sub(template)
-    out[1] = tile
-    return out
+def _builder(template: Any) -> Callable[[list[int], Any], Any]:
+    """A function of (register values, spilled-operand reader) giving the package call list
+    of a kernel entry: ``$mN`` is register N's value, ``$sK`` the K-th spilled operand, lists
+    are rebuilt and anything else is kept (the template is walked once per entry, not once
+    per call; a malformed item raises when the call is made, as before)."""
+    if isinstance(template, str) and template.startswith("$m"):
+        try:
+            index = int(template[2:]) - 2
+        except ValueError:
+            return lambda values, spilled: int(template[2:])  # raises the ValueError
+        return lambda values, spilled: int(values[index])
+    if isinstance(template, str) and template.startswith("$s"):
+        return lambda values, spilled: spilled(int(template[2:]))
+    if isinstance(template, list):
+        parts = [_builder(x) for x in template]
+        return lambda values, spilled: [part(values, spilled) for part in parts]
+    return lambda values, spilled: template
 
 
 def _load_segments(package: Package, mem: np.ndarray) -> None:

@@ -56,7 +56,7 @@ from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
-from ipu_stack.runtime.tile_memory import tile_memories
+from ipu_stack.runtime.tile_memory import small_pages, tile_memories
 from ipu_stack.target import ipu21
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
@@ -236,6 +236,7 @@ class SimDevice:
         return out
 
     # -- execution ----------------------------------------------------------------------------
+    @small_pages()
     def run(
         self,
         program: LowProgram,
