@@ -181,3 +181,12 @@ def test_gelu_tanh_semantics_against_float64_formula():
     # h + h * tanh(.) cancels for negative x: allow a few f32 ulp of h = x / 2 there
     cancel = 4 * np.spacing((np.abs(x64) / 2).astype(np.float32)).astype(np.float64)
     assert np.all(np.abs(got - want) <= 2 * ulp + cancel)
+
+
+def test_a_write_past_the_output_fails_kernel_run(tmp_path):
+    # one atom too many per worker: the output comes out right, the input after it is clobbered
+    ew = TEMPLATE_DIR / "elementwise.S"
+    old, new = "add $m5, $m5, ATOMS + WORKER_CONTEXTS - 1", "add $m5, $m5, ATOMS + WORKER_CONTEXTS"
+    report = kernel_run("copy_b1024", _mutant(tmp_path, old, new, template=ew))
+    assert not report["ok"]
+    assert "outside the outputs" in report["entries"][0]["stray_writes"], report
