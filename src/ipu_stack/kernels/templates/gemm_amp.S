@@ -16,9 +16,9 @@
 //   GEMM_NATIVE_FP8             F143 operands (f8v8hihov4amp); scale exponent in $m5
 //   GEMM_{INIT,ACCUMULATE}_{SMALL,LARGE}_SYMBOL  entry symbols
 //
-// ABI (supervisor): $m2 output, $m3 left, $m4 right (AMP weight panels: for each 16-column
-// group, for each K micro block, 512 bytes in CWEI slot order), $m5 F8 scale exponent,
-// $m10 return address, $m11 stack.
+// ABI (supervisor): $m2 output, $m3 left, $m4 right (row-major [K, C], as the registry and
+// the lowering lay it out; LOAD_AMP_WEIGHTS feeds each K micro x C16 panel to the coefficient
+// store K row by K row), $m5 F8 scale exponent, $m10 return address, $m11 stack.
 //
 // Labels are unique per unit by construction: the dispatch loop and the two worker entries
 // are written once, outside any macro; GEMM_ENTRY defines only its own \name argument (a
