@@ -119,6 +119,7 @@ def run_indexing(program: Any, unit: IndexingUnit, rng: np.random.Generator,
                  args: list[np.ndarray] | None = None) -> dict:  # fmt: skip
     """Run ``unit`` once on seeded (or given) operands; the entry's report."""
     from ipu_stack.kernels.kernel_run import _Placer
+    from ipu_stack.kernels.kernel_run_f32 import stray_writes
     from ipu_stack.low import costs
 
     generated, scalars = operands(unit, rng)
@@ -140,6 +141,7 @@ def run_indexing(program: Any, unit: IndexingUnit, rng: np.random.Generator,
         want = unit.reference(args, _attrs(unit, scalars))
     except SimulationError as err:
         want, report["expected_error"] = None, str(err)
+    before = tile.mem.data.copy()
     try:
         result = tile.call(unit.entry, regs)
     except Trap as trap:
@@ -152,9 +154,11 @@ def run_indexing(program: Any, unit: IndexingUnit, rng: np.random.Generator,
         report.update(ok=False, mismatch="the semantics raise but the kernel returned")
         return report
     wrong = np.flatnonzero(got != want)
+    stray = stray_writes(tile, before, [(out_at, unit.out.nbytes)])
     report.update(
-        ok=not wrong.size, wrong_bytes=int(wrong.size), emulated_cycles=result.cycles,
-        max_abs_error=0.0 if not wrong.size else float("nan"),
+        ok=not wrong.size and not stray, wrong_bytes=int(wrong.size),
+        emulated_cycles=result.cycles, max_abs_error=0.0 if not wrong.size else float("nan"),
+        **({"stray_writes": stray} if stray else {}),
     )  # fmt: skip
     if wrong.size:
         report["first_wrong_byte"] = int(wrong[0])

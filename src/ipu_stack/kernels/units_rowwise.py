@@ -173,6 +173,7 @@ def run_rowwise(program: Any, unit: RowwiseUnit, rng: np.random.Generator,
                 placer: Any, epsilon: float = DEFAULT_EPSILON) -> dict[str, Any]:  # fmt: skip
     """Run ``unit`` once on random operands placed by ``placer`` (kernel_run._Placer)."""
     from ipu_stack.isa import Tile
+    from ipu_stack.kernels.kernel_run_f32 import stray_writes
 
     args = random_operands(unit, rng)
     tile = Tile(program)
@@ -190,7 +191,9 @@ def run_rowwise(program: Any, unit: RowwiseUnit, rng: np.random.Generator,
         tile.mem.write(regs[3 + i], stored.reshape(-1), 8)
     if unit.kind == "layer_norm":
         regs[6] = int(np.array(epsilon, np.float32).view(np.uint32))
+    before = tile.mem.data.copy()
     result = tile.call(unit.entry, regs)
+    stray = stray_writes(tile, before, [(out_at, out_bytes)])
     raw = tile.mem.read(out_at, out_bytes, 8).reshape(unit.rows, unit.out_row_bytes)
     used = unit.out_cols * unit.element_bytes
     got = raw[:, :used].copy().view(unit.numpy_dtype).reshape(unit.rows, unit.out_cols)
@@ -200,8 +203,9 @@ def run_rowwise(program: Any, unit: RowwiseUnit, rng: np.random.Generator,
     return {
         "entry": unit.entry, "rows": unit.rows, "cols": unit.cols, "max_abs_error": max_abs,
         "worst_ulp" if unit.dtype == "f16" else "worst_relative": worst,
-        "padding_zero": padding_clean, "ok": ok and padding_clean,
+        "padding_zero": padding_clean, "ok": ok and padding_clean and not stray,
         "emulated_cycles": result.cycles, "modelled_cycles": modelled,
+        **({"stray_writes": stray} if stray else {}),
     }  # fmt: skip
 
 
