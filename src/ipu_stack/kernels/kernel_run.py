@@ -31,7 +31,7 @@ from ipu_stack.kernels.units_unary import parse_unary
 from ipu_stack.kernels.units_unary import run_unit as run_unary
 from ipu_stack.target import ipu21
 
-STACK_TOP = 0x7F000  # standard region, below the interleaved base
+STACK_TOP = ipu21.INTERLEAVED_BASE - 0x1000  # 0x7F000: standard region, frames below it
 STANDARD_DATA = 0x4C000 + 0x1000
 INTERLEAVED_DATA = ipu21.INTERLEAVED_BASE
 

@@ -18,8 +18,6 @@ from ipu_stack.isa import Tile
 from ipu_stack.isa.ops_indexing import Trap
 from ipu_stack.kernels.units_indexing import GATHER_TRAP, IndexingUnit, Operand2D
 
-STACK_TOP = 0x7F000
-
 
 def _bits(rng: np.random.Generator, v: Operand2D) -> np.ndarray:
     """Random raw element bits of an operand (NaN patterns included for floats)."""
@@ -118,7 +116,7 @@ def _place(tile: Tile, at: int, v: Operand2D, data: np.ndarray, rng: np.random.G
 def run_indexing(program: Any, unit: IndexingUnit, rng: np.random.Generator,
                  args: list[np.ndarray] | None = None) -> dict:  # fmt: skip
     """Run ``unit`` once on seeded (or given) operands; the entry's report."""
-    from ipu_stack.kernels.kernel_run import _Placer
+    from ipu_stack.kernels.kernel_run import STACK_TOP, _Placer
     from ipu_stack.kernels.kernel_run_f32 import stray_writes
     from ipu_stack.low import costs
 

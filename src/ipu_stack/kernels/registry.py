@@ -461,18 +461,6 @@ _INDEXING_KERNELS = tuple(
     )
 )
 
-# device code of the indexing kernels (units: kernels/units_indexing.py)
-_INDEXING_SOURCES = {"gather_rows": "gather.S", "transpose": "transpose.S", "concat": "concat.S",
-                     "argmax": "argmax.S", "equal": "select.S", "where": "select.S",
-                     "add_i32": "select.S", "mul_i32": "select.S",
-                     "cast_i32": "cast_i32.S"}  # fmt: skip
-_INDEXING_KERNELS = tuple(
-    dataclasses.replace(k, status=IMPLEMENTED, source=TEMPLATE_DIR / _INDEXING_SOURCES[k.name])
-    if k.name in _INDEXING_SOURCES
-    else k
-    for k in _INDEXING_KERNELS
-)
-
 GEMM_KERNELS: dict[tuple[str, str, bool], GemmKernelSpec] = {
     (p.name, "interleaved" if il else "standard", packed): _gemm_spec(p, il, packed)
     for p in (F16, F8, F32)
@@ -491,16 +479,27 @@ OTHER_SOURCES = {
     **dict.fromkeys(("sub", "div", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow"),
                     "unary.S"),
 }  # fmt: skip
-_OTHER_KERNELS = tuple(
-    dataclasses.replace(k, status=IMPLEMENTED, source=TEMPLATE_DIR / OTHER_SOURCES[k.name])
-    if k.name in OTHER_SOURCES
-    else k
-    for k in _OTHER_KERNELS
-)
+# the indexing kernels' device code (units: kernels/units_indexing.py)
+_INDEXING_SOURCES = {"gather_rows": "gather.S", "transpose": "transpose.S", "concat": "concat.S",
+                     "argmax": "argmax.S", "equal": "select.S", "where": "select.S",
+                     "add_i32": "select.S", "mul_i32": "select.S",
+                     "cast_i32": "cast_i32.S"}  # fmt: skip
+
+
+def _with_device_code(kernels: tuple[KernelSpec, ...], sources: dict[str, str]) -> list:
+    """``kernels`` with those named in ``sources`` implemented by their template."""
+    return [
+        dataclasses.replace(k, status=IMPLEMENTED, source=TEMPLATE_DIR / sources[k.name])
+        if k.name in sources
+        else k
+        for k in kernels
+    ]
+
+
 KERNELS: dict[str, KernelSpec] = {
     **{spec.name: spec for spec in GEMM_KERNELS.values()},
-    **{spec.name: spec for spec in _OTHER_KERNELS},
-    **{spec.name: spec for spec in _INDEXING_KERNELS},
+    **{spec.name: spec for spec in _with_device_code(_OTHER_KERNELS, OTHER_SOURCES)},
+    **{spec.name: spec for spec in _with_device_code(_INDEXING_KERNELS, _INDEXING_SOURCES)},
 }
 
 

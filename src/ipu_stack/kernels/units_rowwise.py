@@ -173,6 +173,7 @@ def run_rowwise(program: Any, unit: RowwiseUnit, rng: np.random.Generator,
                 placer: Any, epsilon: float = DEFAULT_EPSILON) -> dict[str, Any]:  # fmt: skip
     """Run ``unit`` once on random operands placed by ``placer`` (kernel_run._Placer)."""
     from ipu_stack.isa import Tile
+    from ipu_stack.kernels.kernel_run import STACK_TOP
     from ipu_stack.kernels.kernel_run_f32 import stray_writes
 
     args = random_operands(unit, rng)
@@ -182,7 +183,7 @@ def run_rowwise(program: Any, unit: RowwiseUnit, rng: np.random.Generator,
     out_bytes = unit.rows * unit.out_row_bytes
     out_at = placer.take("standard", out_bytes)
     tile.mem.write(out_at, rng.integers(0, 256, out_bytes, dtype=np.uint8), 8)
-    regs = {2: out_at, 11: 0x7F000}
+    regs = {2: out_at, 11: STACK_TOP}
     for i, a in enumerate(args):
         rows = a.shape[0]
         stored = np.zeros((rows, unit.row_bytes), np.uint8)
