@@ -37,6 +37,8 @@ from ipu_stack.target.ipu21 import precision as lookup_precision
 ROW_ALIGN = 8  # storage rows start on 64-bit boundaries (facts §5.2: natural alignment)
 BUFFER_ALIGN = 8
 MAX_GATHER_REQUESTS = 400_000  # element-wise rearrangements beyond this are refused
+HOME_CHUNK_BYTES = 256  # a staged parameter's home: chunks of this many bytes per tile
+HOME_SPREAD = 97  # tiles between the homes of consecutive parameters (coprime with 1,472)
 
 
 def flat_shape(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -71,6 +73,9 @@ class OpLowering:
     tile_offsets: dict[str, int] = field(default_factory=dict)
     # the plan of each loop body by repeat operation (else planned on first use)
     bodies: dict[str, Any] = field(default_factory=dict)
+    # ops whose parameters are moved in from a home each run (loop bodies), not host-written
+    # beside every use: see :meth:`parameter_home`
+    staged: set[str] = field(default_factory=set)
     # per op: (calls before exchange, transfers, calls after) for the estimate
     costs: dict[str, tuple[list[KernelCall], list[LogicalTransfer], list[KernelCall]]] = field(
         default_factory=dict
@@ -114,16 +119,51 @@ class OpLowering:
         self.close_buffers(homes)
         return shards
 
+    def parameter_home(self, value: Value) -> list[Shard]:
+        """A parameter stored once, spread over a few tiles (the host writes it there), to
+        be gathered by the operations that read it (``staged``). A loop body's per-iteration
+        parameter is then stored once per iteration rather than beside every use: a layer
+        norm's scale on every tile of its rows, 27 times over, is what does not fit.
+
+        Single-row parameters are cut into column chunks of ``HOME_CHUNK_BYTES``, others into
+        row blocks; consecutive tiles from a start that differs per parameter, so the homes
+        of several parameters spread out.
+        """
+        if value.id in self.value_shards:
+            return self.value_shards[value.id]
+        n, c = flat_shape(value.shape)
+        eb = lookup_precision(value.dtype).element_bytes
+        start = (value.id * HOME_SPREAD) % self.tiles
+        name = f"{value.name}.home"
+        shards = []
+        if n == 1:
+            width = max(1, HOME_CHUNK_BYTES // eb)
+            for j, c0 in enumerate(range(0, c, width)):
+                c1 = min(c, c0 + width)
+                tile = (start + j) % self.tiles
+                stride = _stride(c1 - c0, eb)
+                shards.append(Shard(tile, self.carve(tile, name, stride), (0, 1), (c0, c1), stride))
+        else:
+            stride = _stride(c, eb)
+            for j, r0, r1 in row_partition(n, min(self.tiles, -(-n * stride // HOME_CHUNK_BYTES))):
+                tile = (start + j) % self.tiles
+                ref = self.carve(tile, name, (r1 - r0) * stride)
+                shards.append(Shard(tile, ref, (r0, r1), (0, c), stride))
+        self.host_shards[value.id].extend(shards)
+        self.value_shards[value.id] = shards
+        self.close_buffers({(sh.tile, name) for sh in shards})
+        return shards
+
     def fetch(
         self, value: Value, requests: list[GatherRequest] | RequestArrays, what: str
     ) -> tuple[list[KernelCall], list[LogicalTransfer]]:
         """Make ``requests`` of ``value`` true: host writes for parameters, else a gather."""
-        if value.kind == "parameter":
+        if value.kind == "parameter" and what not in self.staged:
             if isinstance(requests, RequestArrays):
                 requests = requests.requests()
             self.host_shards[value.id].extend(host_fill(r) for r in requests)
             return [], []
-        shards = self.shards_of(value)
+        shards = self.parameter_home(value) if value.kind == "parameter" else self.shards_of(value)
         assert shards is not None
         eb = lookup_precision(value.dtype).element_bytes
         if len(requests) > MAX_GATHER_REQUESTS:

@@ -10,6 +10,7 @@ weights are stored as ``count`` equal blocks per buffer; iteration ``i`` reads b
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.low.gather import GatherRequest
@@ -17,14 +18,82 @@ from ipu_stack.low.lower_ops import OpLowering, flat_shape
 from ipu_stack.low.makers import make_shard, ref
 from ipu_stack.low.program import (
     Buffer,
+    ComputeStep,
+    CopyCall,
+    ExchangeStep,
     KernelCall,
     LogicalTransfer,
     ProgramBuilder,
+    Ref,
     Shard,
 )
 from ipu_stack.target.ipu21 import precision as lookup_precision
 
 BLOCK_ALIGN = 32
+STAGE_SUFFIX = ".stage"
+
+
+def stage_iterated_sources(body: ProgramBuilder, iterated: dict[tuple[int, str], int]) -> int:
+    """Exchanges of a loop body send from non-iterated copies of the iterated bytes they read.
+
+    An exchange row holds absolute addresses, so a send from an iterated buffer (a weight
+    chunk that is multicast to the tiles of its block) would need its rows encoded once per
+    iteration: exchange code growing with depth. Instead, in the compute step before such an
+    exchange, each tile copies the byte ranges it sends from this iteration's block into a
+    ``.stage`` buffer (one block of those ranges, reused by every iteration), and the
+    exchange sends from there. Returns the busiest tile's copy cycles (for the estimate).
+    """
+    from ipu_stack.low.costs import call_cycles
+
+    staged: dict[tuple[int, str], int] = {}  # stage buffer sizes
+    per_tile: dict[int, int] = defaultdict(int)
+    index = 0
+    while index < len(body.steps):
+        step = body.steps[index]
+        if not isinstance(step, ExchangeStep):
+            index += 1
+            continue
+        ranges: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+        for lt in step.transfers:
+            key = (lt.source_tile, lt.source.buffer)
+            if key in iterated:
+                ranges[key].append((lt.source.offset, lt.source.offset + 4 * lt.words))
+        if not ranges:
+            index += 1
+            continue
+        copies: list[KernelCall] = []
+        for (tile, name), spans in sorted(ranges.items()):
+            stage = name + STAGE_SUFFIX
+            merged: list[list[int]] = []
+            for lo, hi in sorted(spans):
+                if merged and lo <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            for lo, hi in merged:
+                call = CopyCall(tile, Ref(stage, lo), Ref(name, lo), hi - lo)
+                copies.append(call)
+                per_tile[tile] += call_cycles(call)
+            staged[(tile, stage)] = max(staged.get((tile, stage), 0), merged[-1][1])
+        step.transfers = [
+            replace(lt, source=Ref(lt.source.buffer + STAGE_SUFFIX, lt.source.offset))
+            if (lt.source_tile, lt.source.buffer) in iterated
+            else lt
+            for lt in step.transfers
+        ]
+        before = body.steps[index - 1] if index else None
+        if isinstance(before, ComputeStep):
+            before.calls.extend(copies)
+            index += 1
+        else:
+            body.steps.insert(index, ComputeStep(copies))
+            index += 2
+    for (tile, stage), size in staged.items():
+        source = body.buffers[(tile, stage[: -len(STAGE_SUFFIX)])]
+        body.buffers[(tile, stage)] = Buffer(
+            tile, stage, -(-size // BLOCK_ALIGN) * BLOCK_ALIGN, source.alignment, source.region
+        )
+    return max(per_tile.values(), default=0)
 
 
 def _requests(homes: list[Shard]) -> list[GatherRequest]:
@@ -50,6 +119,7 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
     body = ProgramBuilder()
     body_ctx = OpLowering(sub, body, ctx.tiles, {}, defaultdict(list))
     body_ctx.row_tiles.update(finalist.row_tiles)
+    body_ctx.staged.update(finalist.staged)
     body_ctx.tile_offsets.update(ctx.tile_offsets)
     body_ctx.bodies.update(ctx.bodies)
     estimates = lower_operations(body_ctx, plans)
@@ -126,5 +196,6 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
             True,
             buf.host_read,
         )
+    body_cost += stage_iterated_sources(body, iterated)
     ctx.builder.loop(count, body, iterated)
     return list(homes), before_cost + count * body_cost

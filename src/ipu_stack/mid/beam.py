@@ -69,6 +69,7 @@ class Branch:
             self.peak_total,
             self.max_standard_allocation,
             self.exchange_row_bytes,
+            self.resident_total,
         )
 
 
@@ -153,7 +154,7 @@ def beam_search(
             if key not in cache:
                 cache[key] = candidates_for(
                     graph, op, br.formats, tiles, problems.get(op.id), capacity_scale,
-                    (tile0_bases or {}).get(op.name, 0),
+                    (tile0_bases or {}).get(op.name, 0), loop_body,
                 )  # fmt: skip
             live = [v for v, fmt in br.formats.items() if last.get(v, -1) >= index]
             live_std = sum(

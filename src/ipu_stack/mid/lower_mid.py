@@ -48,6 +48,15 @@ class Finalist:
         }
 
     @property
+    def staged(self) -> set[str]:
+        """Operations whose parameters are gathered from a home (``OpLowering.staged``)."""
+        return {
+            name
+            for name, cand in self.branch.choices.items()
+            if isinstance(cand.choice, tuple) and cand.choice[-1] == "staged"
+        }
+
+    @property
     def bodies(self) -> dict[str, Finalist]:
         """The plan of each loop body (repeat operations), by operation name."""
         return {

@@ -10,6 +10,7 @@ fails the build with the tile and the bytes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,7 +143,12 @@ def lower_exchanges(
         shifts = None
         if repeat is not None and repeat.iterated:
             shifts = _shifts(tables, step, repeat)
+            if not (shifts[0].any() or shifts[1].any()):
+                shifts = None  # no address moves: every iteration's rows are iteration 0's
         for i in range(repeat.count if repeat else 1):
+            if shifts is None and i:
+                out[(index, i)] = out[(index, 0)]
+                continue
             # iteration i: iterated buffers advanced by i x stride
             shifted = tables
             if shifts is not None and i:
@@ -221,9 +227,15 @@ def build_tile_images(
     images = []
     for logical in range(program.tile_count):
         physical = int(placement.physical[logical])
-        numbered = {}
+        numbered: dict[tuple[int, int], int] = {}
         row_words: list[np.ndarray] = []
-        for occurrence, words in rows_of.get(physical, ()):
+        occurrences = rows_of.get(physical, ())
+        shared = _invariant_loops(occurrences, loops)
+        for occurrence, words in occurrences:
+            step, i = occurrence
+            if i and loops.body.get(step) in shared:  # the loop reuses iteration 0's rows
+                numbered[occurrence] = numbered[(step, 0)]
+                continue
             numbered[occurrence] = len(row_words)
             row_words.append(words)
         ops, tables, strides = emit_program(
@@ -261,7 +273,7 @@ def build_tile_images(
             first = [n for (s, i), n in numbered.items() if i == 0 and loops.body.get(s) == index]
             labels[("rowbase", index)] = row_address[min(first)] if first else 0
             stride = 0
-            if first:
+            if first and index not in shared:
                 stride = sum(4 * len(row_words[n]) for n in first)
             strides[index] = (table_stride, stride)
         code = _assemble(ops, labels, strides, physical, loops, row_address)
@@ -320,6 +332,29 @@ def _loop_lookups(program: LowProgram) -> _Loops:
         if isinstance(step, RepeatStep):
             body.update(dict.fromkeys(range(index + 1, index + 1 + step.length), index))
     return _Loops(body)
+
+
+def _invariant_loops(
+    occurrences: Sequence[tuple[tuple[int, int], np.ndarray]], loops: _Loops
+) -> set[int]:
+    """The repeats whose rows on this tile are the same in every iteration: their rows are
+    stored once and the loop's row base does not advance (exchange code independent of
+    depth)."""
+    first: dict[int, np.ndarray] = {}
+    varies: set[int] = set()
+    repeats: set[int] = set()
+    for (step, i), words in occurrences:
+        repeat = loops.body.get(step)
+        if repeat is None:
+            continue
+        repeats.add(repeat)
+        if i == 0:
+            first[step] = words
+        elif repeat not in varies:
+            base = first.get(step)
+            if base is None or (base is not words and not np.array_equal(base, words)):
+                varies.add(repeat)
+    return repeats - varies
 
 
 def _rows_by_tile(

@@ -309,15 +309,25 @@ def emit_program(
             loops += 1
             first_table = len(tables)
             body_ops: list[Op] = []
+            static: list[list[int]] = []  # tables of calls that read no iterated buffer
             for i in range(step.count):
                 iteration_ops = []
                 for j in body:
                     iteration_ops += _step_ops(
-                        tile, j, steps[j], i, step, linked, gemm_symbols, rows, tables, calls
-                    )
+                        tile, j, steps[j], i, step, linked, gemm_symbols, rows, tables, calls,
+                        static,
+                    )  # fmt: skip
                 if i == 0:
                     body_ops = iteration_ops
             per_iteration = len(tables) - first_table
+            # the static tables follow the iterated ones, once for all iterations
+            body_ops = [
+                ("setzi", op[1], ("table", len(tables) + op[2][1]))
+                if op[0] == "setzi" and isinstance(op[2], tuple) and op[2][0] == "static"
+                else op
+                for op in body_ops
+            ]
+            tables += static
             table_bytes = 0
             if step.count:
                 table_bytes = sum(
@@ -376,8 +386,11 @@ def _step_ops(
     rows: dict[tuple[int, int], int],
     tables: list[list[int]],
     calls: dict[int, list[KernelCall]],
+    static: list[list[int]] | None = None,
 ) -> list[Op]:
-    """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended)."""
+    """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended,
+    except those of calls that read no iterated buffer: once, into ``static``, referenced as
+    ``("static", n)`` until the loop places them)."""
     if isinstance(step, ExchangeStep):
         ops: list[Op] = [_sync_supervisor()]
         row = rows.get((index, iteration)) if rows else None
@@ -403,15 +416,20 @@ def _step_ops(
     shifts = repeat.iterated if repeat else None
     for call in here:
         entry, operands = linked.resolve(call, gemm_symbols)
-        words: list[Any] = [index]
-        for value in operands:
-            if value is SPILL:
-                words.append(("spill", 1 + LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1))
-            elif isinstance(value, Ref):
-                shift = shifts.get((tile, value.buffer), 0) * iteration if shifts else 0
-                words.append(("ref", value, shift))
-            else:
-                words.append(int(value))
+        if (
+            shifts is not None
+            and static is not None
+            and not any(isinstance(v, Ref) and (tile, v.buffer) in shifts for v in operands)
+        ):
+            if iteration == 0:  # the same table in every iteration
+                static.append(_table_words(index, operands, None, tile, 0))
+                ops.append(("setzi", TABLE_REGISTER, ("static", len(static) - 1)))
+                ops += _operand_loads(
+                    min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)
+                )
+                ops.append(_call_op(entry.address))
+            continue
+        words = _table_words(index, operands, shifts, tile, iteration)
         table = len(tables)
         tables.append(words)
         if repeat is None:
@@ -424,6 +442,27 @@ def _step_ops(
         )
         ops.append(_call_op(entry.address))
     return ops
+
+
+def _table_words(
+    index: int,
+    operands: Any,
+    shifts: dict[tuple[int, str], int] | None,
+    tile: int,
+    iteration: int,
+) -> list[Any]:
+    """A call's operand table: the step index, then each operand (a buffer reference advanced
+    by ``iteration`` strides of its iterated buffer, a spill pointer, or a scalar)."""
+    words: list[Any] = [index]
+    for value in operands:
+        if value is SPILL:
+            words.append(("spill", 1 + LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1))
+        elif isinstance(value, Ref):
+            shift = shifts.get((tile, value.buffer), 0) * iteration if shifts else 0
+            words.append(("ref", value, shift))
+        else:
+            words.append(int(value))
+    return words
 
 
 @cache

@@ -22,9 +22,11 @@ def candidates_for(
     problem: GemmProblem | None = None,
     capacity_scale: float = 1.0,
     tile0_base: int = 0,
+    loop_body: bool = False,
 ) -> list[Candidate]:
     """Every candidate of ``op`` given the formats its operands are produced in
-    (``tile0_base``: a repeat's, see :func:`~ipu_stack.mid.candidates.repeat.body_finalist`)."""
+    (``tile0_base``: a repeat's, see :func:`~ipu_stack.mid.candidates.repeat.body_finalist`;
+    ``loop_body``: ``op`` is in one, where parameters may also be staged)."""
     if op.kind == "gemm":
         assert problem is not None
         return gemm_candidates(graph, op, problem, tiles, capacity_scale, formats)
@@ -35,7 +37,7 @@ def candidates_for(
     if op.kind in (
         "add", "mul", "gelu", "cast", "layer_norm", "softmax", "equal", "where", *ELEMENTWISE_KINDS
     ):  # fmt: skip
-        return pointwise_candidates(graph, op, formats, tiles)
+        return pointwise_candidates(graph, op, formats, tiles, loop_body)
     if op.kind in ("view", "transpose", "slice"):
         return movement_candidates(graph, op, formats, tiles)
     if op.kind == "flash_attention":

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation, Value
 from ipu_stack.low.lower_ops import flat_shape
 from ipu_stack.mid.candidates.base import Candidate, Footprint
@@ -48,7 +52,51 @@ def staged_parameter_bytes(
     return total
 
 
+def staged_twin(cand: Candidate, params: list[Value], tiles: int) -> Candidate:
+    """``cand`` with its parameters gathered from a home each run instead of written by the
+    host beside every use (``OpLowering.parameter_home``): the parameters are stored once,
+    spread over the tiles, and every tile of the layout receives its staged copy (one more
+    exchange phase unless the candidate has one)."""
+    staged = cand.footprint.resident
+    home = sum(
+        int(np.prod(v.shape, dtype=np.int64)) * ipu21.precision(v.dtype).element_bytes
+        for v in params
+    )
+    words = staged // ipu21.WORD_BYTES
+    overhead = 0 if cand.exchange_phases else ipu21.EXCHANGE_PHASE_OVERHEAD
+    fp = cand.footprint
+    return replace(
+        cand,
+        choice=(*cand.choice, "staged"),
+        cycles=cand.cycles + overhead + words,
+        exchange_cycles=cand.exchange_cycles + overhead + words,
+        footprint=replace(
+            fp,
+            standard=fp.standard + staged,
+            max_standard_allocation=max(fp.max_standard_allocation, staged),
+            resident=-(-home // max(1, min(tiles, cand.active_tiles))),
+        ),
+        exchange_phases=max(1, cand.exchange_phases),
+    )
+
+
 def pointwise_candidates(
+    graph: ComputeGraph,
+    op: Operation,
+    formats: dict[int, TensorFormat],
+    tiles: int,
+    loop_body: bool = False,
+) -> list[Candidate]:
+    """Candidates of an elementwise or row-wise operation; in a loop body, each that keeps
+    parameters beside its blocks also comes staged (:func:`staged_twin`)."""
+    result = _candidates(graph, op, formats, tiles)
+    params = [graph.value(v) for v in op.inputs if graph.value(v).kind == "parameter"]
+    if loop_body and params:
+        result += [staged_twin(c, params, tiles) for c in result if c.footprint.resident]
+    return result
+
+
+def _candidates(
     graph: ComputeGraph, op: Operation, formats: dict[int, TensorFormat], tiles: int
 ) -> list[Candidate]:
     out = graph.value(op.output)
