@@ -461,6 +461,19 @@ def test_attention_with_a_non_causal_mask_falls_back_to_separate_operations():
     assert kinds(graph).count("gemm") == 2 and "softmax" in kinds(graph)
 
 
+def test_attention_whose_keys_and_values_overflow_a_tile_stays_unfused(monkeypatch):
+    # one head's K and V (T x 2D elements) at the limit: fused; one element over: GEMMs
+    from ipu_stack.graph import onnx_patterns
+
+    monkeypatch.setattr(onnx_patterns, "ATTENTION_MAX_KV_ELEMENTS", T * 2 * D)
+    graph, _ = check_against_onnxruntime(_attention_model(mask="add"))
+    assert "flash_attention" in kinds(graph)
+    monkeypatch.setattr(onnx_patterns, "ATTENTION_MAX_KV_ELEMENTS", T * 2 * D - 1)
+    graph, _ = check_against_onnxruntime(_attention_model(mask="add"))
+    assert "flash_attention" not in kinds(graph)
+    assert kinds(graph).count("gemm") == 2 and "softmax" in kinds(graph)
+
+
 def test_where_mask_that_is_not_causal_falls_back_to_a_where():
     """Not fused (neither causal nor zero), the Where is emitted on its own (issue 11)."""
     model = _attention_model(mask="where")

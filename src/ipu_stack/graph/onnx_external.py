@@ -99,9 +99,16 @@ def tensor_array(tensor: TensorProto) -> np.ndarray:
     """The data of an initializer: a read-only memmap if it is still external, else a copy."""
     if tensor.data_location != TensorProto.EXTERNAL:
         return numpy_helper.to_array(tensor)
+    from ipu_stack.graph.onnx_precision import SOURCE_TYPE_KEY, converted_array
+
     info = _external_info(tensor)
-    dtype = np.dtype(_FLOAT_TYPES[tensor.data_type]).newbyteorder("<")
+    stored = int(info.get(SOURCE_TYPE_KEY, tensor.data_type))
+    dtype = np.dtype(_FLOAT_TYPES[stored]).newbyteorder("<")
     shape = tuple(int(d) for d in tensor.dims)
-    return np.memmap(
+    mapped = np.memmap(
         info["location"], dtype=dtype, mode="r", offset=int(info.get("offset", 0)), shape=shape
     )
+    if stored == tensor.data_type:
+        return mapped
+    # converted (``compile --precision``): this tensor alone is read in, in the new type
+    return converted_array(mapped, _FLOAT_TYPES[tensor.data_type])

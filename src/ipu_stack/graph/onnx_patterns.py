@@ -420,6 +420,14 @@ def _mask(
     return tensor, None, []
 
 
+#: The fused attention kernel holds one head's keys and values whole on every tile that runs
+#: its queries (``low/lower_ops.py``, ``lower_attention``). Beyond this many key and value
+#: elements per head (a quarter of a tile's 537,808 data bytes at F16; the So400m tower's
+#: 729 x (72 + 72) = 104,976 are 210 KB) the pattern is not fused: its MatMuls are planned
+#: as GEMMs, whose grids split keys and values over tiles like any operand.
+ATTENTION_MAX_KV_ELEMENTS = 537_808 // 4 // 2
+
+
 def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | None:
     final = index.nodes[root]
     probs, v = final.input[0], final.input[1]
@@ -480,6 +488,8 @@ def _match_attention(index: OnnxIndex, root: int) -> tuple[Fusion, list[int]] | 
         return None
     if q_shape[-1] != k_shape[-1] or k_shape[-2] != v_shape[-2]:
         return None
+    if k_shape[-2] * (k_shape[-1] + v_shape[-1]) > ATTENTION_MAX_KV_ELEMENTS:
+        return None  # kept as MatMul / Softmax / MatMul: GEMM plans that split the keys
     causal = False
     mask = bias.name if isinstance(bias, RuntimeMask) else None
     if mask is not None:

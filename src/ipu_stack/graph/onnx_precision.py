@@ -22,6 +22,8 @@ from ipu_stack.errors import GraphError
 ELEM_OF = {"f16": TensorProto.FLOAT16, "f32": TensorProto.FLOAT}
 NUMPY_OF: dict[str, type[np.generic]] = {"f16": np.float16, "f32": np.float32}
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+#: external-data entry of a tensor converted on read: the data type stored in the file
+SOURCE_TYPE_KEY = "ipu_stack_source_type"
 
 
 def convert_precision(model: onnx.ModelProto, precision: str) -> onnx.ModelProto:
@@ -41,7 +43,10 @@ def convert_precision(model: onnx.ModelProto, precision: str) -> onnx.ModelProto
         if tensor_type.elem_type in FLOAT_TYPES:
             tensor_type.elem_type = elem
     for index, init in enumerate(graph.initializer):
-        if init.data_type in FLOAT_TYPES:
+        if init.data_type in FLOAT_TYPES and init.data_location == TensorProto.EXTERNAL:
+            # left on disk: converted one tensor at a time when read (onnx_external)
+            mark_converted(init, elem)
+        elif init.data_type in FLOAT_TYPES:
             graph.initializer[index].CopyFrom(_converted(init, dtype))
     for node in graph.node:
         for attr in node.attribute:
@@ -53,8 +58,26 @@ def convert_precision(model: onnx.ModelProto, precision: str) -> onnx.ModelProto
 
 
 def _converted(tensor: TensorProto, dtype: type[np.generic]) -> TensorProto:
-    array = numpy_helper.to_array(tensor)
-    if dtype is np.float16:
+    return numpy_helper.from_array(
+        converted_array(numpy_helper.to_array(tensor), dtype), tensor.name
+    )
+
+
+def converted_array(array: np.ndarray, dtype: type[np.generic] | np.dtype) -> np.ndarray:
+    """``array`` in ``dtype``, rounded to nearest; finite values beyond F16 saturate."""
+    if np.dtype(dtype) == np.float16 and array.dtype != np.float16:
         top = float(np.finfo(np.float16).max)
         array = np.where(np.isfinite(array), np.clip(array, -top, top), array)
-    return numpy_helper.from_array(array.astype(dtype), tensor.name)
+    return array.astype(dtype)
+
+
+def mark_converted(tensor: TensorProto, elem: int) -> None:
+    """Declare an external tensor as ``elem`` without reading it: the file's type is kept in
+    its external-data entries (``SOURCE_TYPE_KEY``) for the reader to convert from."""
+    if tensor.data_type == elem:
+        return
+    entries = {entry.key: entry for entry in tensor.external_data}
+    if SOURCE_TYPE_KEY not in entries:
+        entry = tensor.external_data.add()
+        entry.key, entry.value = SOURCE_TYPE_KEY, str(tensor.data_type)
+    tensor.data_type = elem

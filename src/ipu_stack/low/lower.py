@@ -29,10 +29,14 @@ from ipu_stack.target.ipu21 import precision as lookup_precision
 
 
 def gemm_problem(
-    graph: ComputeGraph, op: GemmOp, homed: set[int] | frozenset[int] = frozenset()
+    graph: ComputeGraph,
+    op: GemmOp,
+    homed: set[int] | frozenset[int] = frozenset(),
+    in_loop: bool = False,
 ) -> GemmProblem:
     """The planner's view of one gemm; host inputs already placed by an earlier consumer
-    count as produced on chip (they are moved, not delivered again)."""
+    count as produced on chip (they are moved, not delivered again). ``in_loop``: ``graph``
+    is a loop body (see ``GemmProblem.in_loop``)."""
     left, right, out = graph.value(op.left), graph.value(op.right), graph.value(op.output)
     out_batch = int(np.prod(out.shape[:-2], dtype=np.int64)) if out.shape[:-2] else 1
     m, n = out.shape[-2:]
@@ -55,16 +59,17 @@ def gemm_problem(
         right_kind=kind(right),
         left_batched=batched(left.shape),
         right_batched=batched(right.shape),
+        in_loop=in_loop,
     )
 
 
-def gemm_problems(graph: ComputeGraph) -> dict[int, GemmProblem]:
+def gemm_problems(graph: ComputeGraph, in_loop: bool = False) -> dict[int, GemmProblem]:
     """The problem of every gemm, in program order (which host inputs are already homed)."""
     homed: set[int] = set()
     problems = {}
     for op in graph.operations:
         if op.kind == "gemm":
-            problems[op.id] = gemm_problem(graph, op, homed)
+            problems[op.id] = gemm_problem(graph, op, homed, in_loop)
         homed.update(i for i in op.inputs if graph.value(i).kind == "host_input")
     return problems
 
@@ -176,7 +181,7 @@ def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, i
             precision = lookup_precision(graph.value(op.left).dtype)
             value_shards[op.output] = lower_gemm(
                 graph, op, plans[op.id], precision, builder, host_shards, value_shards,
-                ctx.tile_offsets.get(op.name, 0), ctx.tiles,
+                ctx.tile_offsets.get(op.name, 0), ctx.tiles, bool(ctx.staged_homes),
             )  # fmt: skip
             for vid in op.inputs:  # host inputs this gemm delivered are homed there now
                 if graph.value(vid).kind == "host_input" and vid not in value_shards:

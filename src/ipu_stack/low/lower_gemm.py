@@ -113,8 +113,10 @@ def lower_gemm(
     value_shards: dict[int, list[Shard]],
     tile_offset: int = 0,
     tile_count: int = 0,
+    in_loop: bool = False,
 ) -> list[Shard]:
-    """Lower ``op`` under ``plan``; returns the shards of its output value.
+    """Lower ``op`` under ``plan``; returns the shards of its output value (``in_loop``: a
+    loop body's, whose distributed chunks always live in a home: ``GemmProblem.in_loop``).
 
     The plan's tile ``t`` runs on tile ``(tile_offset + t) % tile_count`` (the weight
     balance of ``place/balance.py``); by default on tile ``t``.
@@ -288,7 +290,7 @@ def lower_gemm(
             transfers += _distribute(
                 members,
                 s,
-                steps_max > 1,
+                steps_max > 1 or in_loop,
                 eb,
                 vid,
                 host_shards,

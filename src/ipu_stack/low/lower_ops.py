@@ -76,6 +76,8 @@ class OpLowering:
     # ops whose parameters are moved in from a home each run (loop bodies), not host-written
     # beside every use: see :meth:`parameter_home`
     staged: set[str] = field(default_factory=set)
+    # a loop body's lowering: parameters are per iteration (homes, see GemmProblem.in_loop)
+    staged_homes: bool = False
     # per op: (calls before exchange, transfers, calls after) for the estimate
     costs: dict[str, tuple[list[KernelCall], list[LogicalTransfer], list[KernelCall]]] = field(
         default_factory=dict

@@ -54,6 +54,10 @@ class GemmProblem:
     # When set, K is cut exactly at multiples of this many elements: a moved left operand then
     # arrives in whole-row runs from a producer whose column blocks have this width.
     k_align: int | None = None
+    # In a loop body: a distributed operand's chunks live in a home buffer (one block per
+    # iteration) and are copied into the work buffer each run, even with one K step, so the
+    # work buffer is stored once rather than once per iteration.
+    in_loop: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +294,7 @@ def _rank_plans(
             np.where(mode == MODE_CODES["distributed"], _multicast_cycles(words, group), words),
         )
         resident = mode == MODE_CODES["resident"]
-        split = (mode == MODE_CODES["distributed"]) & (steps > 1)
+        split = (mode == MODE_CODES["distributed"]) & ((steps > 1) | p.in_loop)
         work = _round_up(np.where(resident, steps * step_bytes, step_bytes), ALIGN)
         home = np.where(split, _round_up(steps * _ceil_div(step_bytes, group), ALIGN), 0)
         # The tile's own share of a split block is copied locally into the work buffer.

@@ -111,7 +111,7 @@ def lower_mid(
         PlanError: if no plan fits (names the operation, region and shortfall).
     """
     graph.verify()
-    problems = gemm_problems(graph)
+    problems = gemm_problems(graph, loop_body)
     args = (graph, tiles, problems, width, capacity_scale, resident_scale, resident_base)
     try:
         branches = beam_search(*args, loop_body, tile0_base=tile0_base)

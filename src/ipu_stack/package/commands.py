@@ -169,7 +169,6 @@ def run(args: argparse.Namespace) -> int:
 
 # -- compile ------------------------------------------------------------------------------------
 def _load_onnx(path: str, precision: str | None, input_shapes: dict[str, Any]) -> Any:
-    import onnx
 
     from ipu_stack.graph.onnx_external import load_model
     from ipu_stack.graph.onnx_precision import convert_precision
@@ -179,7 +178,8 @@ def _load_onnx(path: str, precision: str | None, input_shapes: dict[str, Any]) -
     validate_onnx(proto, path, input_shapes)  # on the file as given, before any conversion
     if not precision:
         return proto
-    return convert_precision(onnx.load(path), precision)  # converted: every tensor read in
+    # converted: inline tensors now, external ones one at a time as the importer reads them
+    return convert_precision(proto, precision)
 
 
 def _compile(args: argparse.Namespace) -> int:
