@@ -101,3 +101,16 @@ def test_builds_are_deterministic():
         )
 
     assert once() == once()
+
+
+def test_batched_left_times_shared_right_folds_into_rows():
+    # [B, 1, k] x [k, n] (torch MultiheadAttention's in-projection, sequence first) is one
+    # B-row GEMM: planned with a batch of 1, not B one-row GEMMs
+    g = ComputeGraph()
+    x = g.host_input("x", (300, 1, 96), "f16")
+    w = g.parameter("w", (96, 64), "f16")
+    g.set_outputs(g.gemm(x, w))
+    built, _ = run(g, tiles=64)
+    (plan,) = built.program.plans.values()
+    assert plan["grid"]["batch"] == 1 and plan["block"]["batch"] == 1
+    assert plan["grid"]["rows"] * plan["block"]["rows"] >= 300

@@ -11,7 +11,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value
 from ipu_stack.low.costs import call_cycles
-from ipu_stack.low.lower_gemm import lower_gemm
+from ipu_stack.low.lower_gemm import folded_shapes, lower_gemm
 from ipu_stack.low.lower_indexing import INDEXING_LOWERINGS
 from ipu_stack.low.lower_ops import LOWERINGS, OpLowering
 from ipu_stack.low.makers import make_buffer
@@ -38,9 +38,11 @@ def gemm_problem(
     count as produced on chip (they are moved, not delivered again). ``in_loop``: ``graph``
     is a loop body (see ``GemmProblem.in_loop``)."""
     left, right, out = graph.value(op.left), graph.value(op.right), graph.value(op.output)
-    out_batch = int(np.prod(out.shape[:-2], dtype=np.int64)) if out.shape[:-2] else 1
-    m, n = out.shape[-2:]
-    k = left.shape[-2] if op.transpose_left else left.shape[-1]
+    shapes = folded_shapes(left.shape, right.shape, out.shape, op.transpose_left)
+    left_shape, right_shape, out_shape = shapes
+    out_batch = int(np.prod(out_shape[:-2], dtype=np.int64)) if out_shape[:-2] else 1
+    m, n = out_shape[-2:]
+    k = left_shape[-2] if op.transpose_left else left_shape[-1]
 
     def batched(v_shape: tuple[int, ...]) -> bool:
         own = int(np.prod(v_shape[:-2], dtype=np.int64)) if v_shape[:-2] else 1
@@ -57,8 +59,8 @@ def gemm_problem(
         precision=lookup_precision(left.dtype),
         left_kind=kind(left),
         right_kind=kind(right),
-        left_batched=batched(left.shape),
-        right_batched=batched(right.shape),
+        left_batched=batched(left_shape),
+        right_batched=batched(right_shape),
         in_loop=in_loop,
     )
 

@@ -51,6 +51,20 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+def folded_shapes(
+    left: tuple[int, ...], right: tuple[int, ...], out: tuple[int, ...], transpose_left: bool
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Operand and output shapes as planned: a batched left operand times one shared right
+    matrix is one GEMM with the batch folded into its rows (``[B, m, k] x [k, n]`` is
+    ``[B m, k] x [k, n]``: the same flat rows), not ``B`` GEMMs of ``m`` rows each."""
+    batch = int(np.prod(out[:-2], dtype=np.int64)) if out[:-2] else 1
+    shared = int(np.prod(right[:-2], dtype=np.int64)) if right[:-2] else 1
+    if batch == 1 or shared != 1 or transpose_left:
+        return left, right, out
+    rows = batch * out[-2]
+    return (rows, left[-1]), right[-2:], (rows, out[-1])
+
+
 def batch_map(operand_shape: tuple[int, ...], out_batch: tuple[int, ...]) -> np.ndarray:
     """For each flattened output batch index, the operand's flattened batch index."""
     own = operand_shape[:-2]
@@ -129,11 +143,14 @@ def lower_gemm(
     out_eb = out_precision.element_bytes
     scale = int(op.attr("product_scale_exponent", 0))
     left_v, right_v, out_v = graph.value(op.left), graph.value(op.right), graph.value(op.output)
-    out_batch = out_v.shape[:-2]
+    left_shape, right_shape, out_shape = folded_shapes(
+        left_v.shape, right_v.shape, out_v.shape, op.transpose_left
+    )
+    out_batch = out_shape[:-2]
     batch = int(np.prod(out_batch, dtype=np.int64)) if out_batch else 1
-    m, n = out_v.shape[-2:]
-    k = left_v.shape[-2] if op.transpose_left else left_v.shape[-1]
-    lmap, rmap = batch_map(left_v.shape, out_batch), batch_map(right_v.shape, out_batch)
+    m, n = out_shape[-2:]
+    k = left_shape[-2] if op.transpose_left else left_shape[-1]
+    lmap, rmap = batch_map(left_shape, out_batch), batch_map(right_shape, out_batch)
     for v, flag in ((left_v, op.transpose_left), (right_v, op.transpose_right)):
         if v.kind == "operation" and flag:
             raise GraphError(
@@ -181,10 +198,11 @@ def lower_gemm(
                     )  # fmt: skip
                     operand_refs = {}
                     step_base: dict[tuple[str, int], int] = {}
-                    for role, v, slots, mode, trans in (
-                        ("left", left_v, lslots, plan.left_mode, op.transpose_left),
-                        ("right", right_v, rslots, plan.right_mode, op.transpose_right),
-                    ):
+                    for role, v, v_shape, slots, mode, trans in (
+                        ("left", left_v, left_shape, lslots, plan.left_mode, op.transpose_left),
+                        ("right", right_v, right_shape, rslots, plan.right_mode,
+                         op.transpose_right),
+                    ):  # fmt: skip
                         # bytes of one operand block per K step (one batch slot)
                         block_bytes = [
                             _block_bytes(role, rows, _round_up(ks[1] - ks[0], kmicro), cpad, eb)
@@ -214,7 +232,7 @@ def lower_gemm(
                             step_base[(role, s)] = base
                             for j, vb in enumerate(slots):
                                 ref = operand_refs[role].at(base + j * block_bytes[s])
-                                base_row = vb * v.shape[-2]
+                                base_row = vb * v_shape[-2]
                                 if role == "left":
                                     blk = _Block(
                                         tile, ref, vb, (r0, r1), ks, rows, kp, trans, base_row
