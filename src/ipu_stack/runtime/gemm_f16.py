@@ -34,6 +34,7 @@ BLOCK_ELEMENTS = 1 << 16
 _EXPONENT = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
 _MAGNITUDE = np.uint16(0x7FFF)
+_F16_MAGNITUDE = np.uint32(0x7FFF)
 # 2**-14 .. 2**15: the f16 exponents (the subnormal grid has the spacing of 2**-14)
 _LOW, _HIGH = np.uint32(113 << 23), np.uint32(142 << 23)
 _MAGIC = np.uint32((13 << 23) | (1 << 22))  # 2**e -> 1.5 * 2**(e + 13)
@@ -149,40 +150,66 @@ def _block(views: _Views, calls: range, scratch: _Scratch) -> None:
     products = scratch.get("products", (panels, m, rows, c), np.float32)
     np.matmul(left_panels, right_panels, out=products)
     size = m * rows * c
+    init = scratch.get("init", (size,), np.float32)
+    if ops.accumulate:
+        for j, i in enumerate(calls):
+            f16_to_f32(views.get("out", i), init.reshape(m, rows, c)[j])
+    else:
+        init.fill(0)
     acc = scratch.get("acc", (size,), np.float32)
     other = scratch.get("other", (size,), np.float32)
     magic = scratch.get("magic", (size,), np.float32)
-    first = 0
-    if ops.accumulate:
-        for j, i in enumerate(calls):
-            f16_to_f32(views.get("out", i), acc.reshape(m, rows, c)[j])
-    else:
-        np.add(products[0].reshape(-1), np.float32(0), out=acc)  # 0 + p: -0 becomes +0
-        first = 1
-        _round(acc, other, magic)
-        acc, other = other, acc
-    for p in range(first, panels):
-        np.add(acc, products[p].reshape(-1), out=acc)
-        _round(acc, other, magic)
-        acc, other = other, acc
-    bits = f32_to_f16_bits(acc, magic, other.view(np.uint32)).reshape(m, rows, c)
+    flat = products.reshape(panels, size)
+    np.add(init, flat[0], out=acc)
+    for p in range(1, panels):
+        _round_magnitude(acc, other, magic)
+        np.add(other, flat[p], out=acc)
+    _round_magnitude(acc, other, magic)
+    bits = f32_to_f16_bits(other, magic, acc.view(np.uint32))
+    zeros = np.flatnonzero((bits & _F16_MAGNITUDE) == 0)
+    if len(zeros):  # rare: replayed with the sign of every partial
+        bits[zeros] = f32_to_f16_bits(*_replay(init[zeros], flat[:, zeros]))
+    bits = bits.reshape(m, rows, c)
     for j, i in enumerate(calls):
         views.get("out", i)[...] = bits[j]
 
 
-def _round(partial: np.ndarray, out: np.ndarray, magic: np.ndarray) -> None:
-    """``out`` = ``partial`` rounded to the nearest f16 value (ties to even), as f32.
+def _round_magnitude(partial: np.ndarray, out: np.ndarray, magic: np.ndarray) -> None:
+    """``out`` = ``partial`` rounded to the nearest f16 value (ties to even), as f32, except
+    that a result of zero is +0 (``partial`` is left as is, ``magic`` is scratch).
 
-    Needs ``|partial| < 2**16``; ``partial`` is left as is, ``magic`` is scratch.
+    Needs ``|partial| < 2**16``. The sign of a zero partial matters only while the partial
+    stays zero (``-0 + y == +0 + y`` for any ``y != 0``, and a nonzero partial rounds the same
+    either way), so a GEMM output that is not zero has the definition's bits; zero outputs
+    are replayed with :func:`_replay`.
     """
-    bits, magic_bits, out_bits = partial.view(np.uint32), magic.view(np.uint32), out.view(np.uint32)
-    np.bitwise_and(bits, _EXPONENT, out=magic_bits)
+    magic_bits = magic.view(np.uint32)
+    np.bitwise_and(partial.view(np.uint32), _EXPONENT, out=magic_bits)
     _clip(magic_bits, _LOW, _HIGH, out=magic_bits)
     np.add(magic_bits, _MAGIC, out=magic_bits)
     np.add(partial, magic, out=out)
     np.subtract(out, magic, out=out)
-    np.bitwise_and(bits, _SIGN, out=magic_bits)
-    np.bitwise_or(out_bits, magic_bits, out=out_bits)  # zero keeps the sign of the partial
+
+
+def _round(partial: np.ndarray, out: np.ndarray, magic: np.ndarray) -> None:
+    """:func:`_round_magnitude`, and a zero result keeps the sign of ``partial`` (the
+    definition's f16 rounding, exactly)."""
+    _round_magnitude(partial, out, magic)
+    magic_bits, out_bits = magic.view(np.uint32), out.view(np.uint32)
+    np.bitwise_and(partial.view(np.uint32), _SIGN, out=magic_bits)
+    np.bitwise_or(out_bits, magic_bits, out=out_bits)
+
+
+def _replay(init: np.ndarray, products: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The exact partials (signed zeros included) of a few outputs: ``init`` their starting
+    partials, ``products`` their ``[panel, output]`` panel sums. Returns the final partials
+    and two work arrays, the arguments of :func:`f32_to_f16_bits`."""
+    acc, out, magic = init.copy(), np.empty_like(init), np.empty_like(init)
+    for p in range(len(products)):
+        np.add(acc, products[p], out=acc)
+        _round(acc, out, magic)
+        acc, out = out, acc
+    return acc, magic, np.empty(acc.shape, np.uint32)
 
 
 def f16_to_f32(values: np.ndarray, out: np.ndarray) -> None:
