@@ -125,3 +125,27 @@ def test_rounding_is_numpys_f16_rounding():
             got, magic = np.empty_like(x), np.empty_like(x)
             gemm_f16._round(x, got, magic)
             np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("child_fails", [False, True])
+def test_half_of_the_blocks_in_a_forked_child_give_the_same_bits(monkeypatch, child_fails):
+    monkeypatch.setenv("IPU_STACK_SIM_FORK", "1")
+    monkeypatch.setattr(gemm_f16, "FORK_WORK", 0)
+    monkeypatch.setattr(gemm_f16, "BLOCK_ELEMENTS", 1000)
+    if child_fails:  # the parent then does the child's blocks itself
+
+        def fail(*args):
+            raise RuntimeError("child")
+
+        monkeypatch.setattr(gemm_f16, "_child", fail)
+    rng = np.random.default_rng(8)
+    n, rows, k, c = 9, 20, 64, 48  # 9 blocks of one GEMM: 5 here, 4 in the child
+    lefts = rng.standard_normal((n, rows, k)).astype(np.float16)
+    rights = rng.standard_normal((n, k, c)).astype(np.float16)
+    outs = rng.standard_normal((n, rows, c)).astype(np.float16)
+    for accumulate in (False, True):
+        expected = semantics.gemm_f16(lefts, rights, outs, accumulate)
+        mem, ops = _layout(lefts, rights, outs, accumulate)
+        assert gemm_f16_in_memory(mem, ops)
+        got = _outputs(mem, ops, n, rows, c)
+        np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))

@@ -23,14 +23,20 @@ with a margin for the rounding of the partials. Outside it the definition runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
+
+from ipu_stack.runtime.spare_core import Child, spare_core
 
 K_MICRO = 16
 F16_MAX = 65504.0
 #: elements of the partials rounded per block: the block's partial, magic and scratch
 #: arrays stay in a core's L2 cache
 BLOCK_ELEMENTS = 1 << 16
+#: element-panels of a batch from which half of its blocks go to a forked child (where a
+#: core is spare; runtime/spare_core.py): ~0.1 s of work, against ~10 ms to fork and copy
+FORK_WORK = 50_000_000
 _EXPONENT = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
 _MAGNITUDE = np.uint16(0x7FFF)
@@ -80,10 +86,39 @@ def gemm_f16_in_memory(mem: np.ndarray, ops: GemmOperands) -> bool:
         return False
     n = len(ops.tiles)
     batch = max(1, min(n, BLOCK_ELEMENTS // (rows * c)))
+    blocks = [range(a, min(n, a + batch)) for a in range(0, n, batch)]
+    child = None
+    if len(blocks) >= 4 and n * rows * c * panels >= FORK_WORK and spare_core():
+        half = len(blocks) // 2
+        theirs, blocks = blocks[half:], blocks[:half]
+        child = Child(2 * rows * c * (n - theirs[0].start), partial(_child, views, theirs))
     scratch = _Scratch()
-    for a in range(0, n, batch):
-        _block(views, range(a, min(n, a + batch)), scratch)
+    try:
+        for calls in blocks:
+            _block(views, calls, scratch)
+        if child is not None:
+            done = child.result()
+            child = None
+            if done is None:  # the child failed: its blocks here
+                for calls in theirs:
+                    _block(views, calls, scratch)
+            else:
+                bits = done.view(np.uint16).reshape(-1, rows, c)
+                for j, i in enumerate(range(theirs[0].start, n)):
+                    views.get("out", i)[...] = bits[j]
+    finally:
+        if child is not None:
+            child.cancel()
     return True
+
+
+def _child(views: _Views, blocks: list[range], buffer: np.ndarray) -> None:
+    """A forked child's part: the blocks' output bits, in call order, into ``buffer``."""
+    ops, scratch = views.ops, _Scratch()
+    bits = buffer.view(np.uint16).reshape(-1, ops.rows, ops.c)
+    first = blocks[0].start
+    for calls in blocks:
+        _block(views, calls, scratch, bits[calls.start - first : calls.stop - first])
 
 
 class _Views:
@@ -128,7 +163,9 @@ class _Scratch:
         return held[:size].reshape(shape)
 
 
-def _block(views: _Views, calls: range, scratch: _Scratch) -> None:
+def _block(views: _Views, calls: range, scratch: _Scratch, sink: np.ndarray | None = None) -> None:
+    """The outputs of ``calls``, into tile memory or, given a ``sink``, into it
+    (``[calls, rows, c]`` f16 bits)."""
     ops = views.ops
     m, rows, k, c = len(calls), ops.rows, ops.k, ops.c
     panels = -(-k // K_MICRO)
@@ -170,6 +207,9 @@ def _block(views: _Views, calls: range, scratch: _Scratch) -> None:
     if len(zeros):  # rare: replayed with the sign of every partial
         bits[zeros] = f32_to_f16_bits(*_replay(init[zeros], flat[:, zeros]))
     bits = bits.reshape(m, rows, c)
+    if sink is not None:
+        sink[...] = bits
+        return
     for j, i in enumerate(calls):
         views.get("out", i)[...] = bits[j]
 
