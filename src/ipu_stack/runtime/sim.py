@@ -57,6 +57,7 @@ from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
 from ipu_stack.runtime.gemm_f16 import GemmOperands, gemm_f16_in_memory
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
+from ipu_stack.runtime.map_tables import Tables, by_table, f16_rows
 from ipu_stack.runtime.tile_memory import small_pages, tile_memories
 from ipu_stack.target import ipu21
 
@@ -97,6 +98,7 @@ class SimDevice:
         #: the kernel-call executor: None runs NumPy semantics; ``run --kernels emulate``
         #: sets a :class:`ipu_stack.runtime.emulate.EmulatedKernels`
         self.kernels: Any = None
+        self._tables = Tables(map_semantics)  # unary f16 kernels' results by input bits
 
     # -- checks -------------------------------------------------------------------------------
     @staticmethod
@@ -415,6 +417,9 @@ class SimDevice:
         memory, and each tile's calls stay in order)."""
         for group in map_call_groups(calls):
             t0 = group[0]
+            if by_table(t0):
+                self._map_by_table(mem, placement, group, step)
+                continue
             args = [
                 np.stack(
                     [
@@ -429,6 +434,27 @@ class SimDevice:
             results = map_semantics(t0, args)
             for call, result in zip(group, results, strict=True):
                 self._write_map(mem, placement, call, result, step)
+
+    def _map_by_table(
+        self, mem: np.ndarray, placement: Placement, group: list[MapCall], step: int
+    ) -> None:
+        """Unary f16 calls by table lookup (runtime/map_tables.py), the same bits as
+        :meth:`_map_run`'s evaluation, with its checks; pads written as zeros."""
+        table = self._tables.get(group[0])
+        for call in group:
+            x, out = call.inputs[0], call.out
+            src = self._span(
+                placement, call.tile, x.ref, (x.rows - 1) * x.stride + 2 * x.cols, step, 4,
+                f"{call.kind} input 0",
+            )  # fmt: skip
+            dst = self._span(
+                placement, call.tile, out.ref, out.rows * out.stride, step, 8,
+                f"{call.kind} output",
+            )  # fmt: skip
+            result = table[f16_rows(mem[call.tile], src, x.rows, x.cols, x.stride)]
+            rows = mem[call.tile, dst : dst + out.rows * out.stride].reshape(out.rows, -1)
+            rows[:, 2 * out.cols :] = 0  # pads are written as zeros
+            rows[:, : 2 * out.cols].view(np.uint16)[...] = result
 
     def _flush(
         self, mem: np.ndarray, placement: Placement, gemms: dict[tuple, list[GemmCall]], step: int
