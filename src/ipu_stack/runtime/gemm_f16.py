@@ -264,6 +264,12 @@ def f16_to_f32(values: np.ndarray, out: np.ndarray) -> None:
     np.multiply(out, _UP, out=out)
 
 
+def finite_f16(values: np.ndarray) -> bool:
+    """Whether every element of the f16 array is finite (no inf or NaN)."""
+    magnitudes = np.bitwise_and(values.view(np.uint16), _MAGNITUDE)
+    return not magnitudes.size or int(magnitudes.max()) < 0x7C00
+
+
 def f32_to_f16_bits(values: np.ndarray, scratch: np.ndarray, high: np.ndarray) -> np.ndarray:
     """The f16 bits (in uint32 ``high``) of f32 ``values`` that are finite f16 values
     (exact); ``scratch`` (f32) is a work array of their shape."""

@@ -25,9 +25,10 @@ import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
+from scipy.special import erf  # at import: ~0.25 s, formerly inside the first run
 
 from ipu_stack.errors import SimulationError
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
@@ -54,7 +55,7 @@ from ipu_stack.low.program import (
 from ipu_stack.place.assign import Placement
 from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
-from ipu_stack.runtime.gemm_f16 import GemmOperands, gemm_f16_in_memory
+from ipu_stack.runtime.gemm_f16 import GemmOperands, f16_to_f32, finite_f16, gemm_f16_in_memory
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
 from ipu_stack.runtime.map_tables import Tables, by_table, f16_rows
@@ -362,7 +363,7 @@ class SimDevice:
         # (each tile's calls stay ordered, and tiles share no memory).
         gemms: dict[tuple, list[GemmCall]] = defaultdict(list)
         ordinal: dict[int, int] = defaultdict(int)  # GEMM calls per tile in the current run
-        maps: list[MapCall] = []  # a run of consecutive elementwise / row-wise calls
+        maps: list[MapCall | AddCall] = []  # a run of elementwise / row-wise / add calls
         for call in calls:
             clock[call.tile] += call_cycles(call)
             if self.kernels is not None:
@@ -372,7 +373,9 @@ class SimDevice:
                 maps = []
                 if self._emulate(mem, placement, call, step):
                     continue
-            if isinstance(call, MapCall) and call.kind in BATCHED_MAP_KINDS:
+            if isinstance(call, AddCall) or (
+                isinstance(call, MapCall) and call.kind in BATCHED_MAP_KINDS
+            ):
                 self._flush(mem, placement, gemms, step)
                 ordinal.clear()
                 maps.append(call)
@@ -410,12 +413,16 @@ class SimDevice:
         return bool(self.kernels.run(mem[call.tile], call, address, call_cycles(call)))
 
     def _map_run(
-        self, mem: np.ndarray, placement: Placement, calls: list[MapCall], step: int
+        self, mem: np.ndarray, placement: Placement, calls: list[MapCall | AddCall], step: int
     ) -> None:
         """Run consecutive map calls, those of equal kind, shapes and attributes at the same
         position in their tile's sequence as one batched NumPy evaluation (tiles share no
         memory, and each tile's calls stay in order)."""
-        for group in map_call_groups(calls):
+        for mixed in map_call_groups(calls):
+            if isinstance(mixed[0], AddCall):
+                self._add_batch(mem, placement, cast(list[AddCall], mixed), step)
+                continue
+            group = cast(list[MapCall], mixed)
             t0 = group[0]
             if by_table(t0):
                 self._map_by_table(mem, placement, group, step)
@@ -434,6 +441,41 @@ class SimDevice:
             results = map_semantics(t0, args)
             for call, result in zip(group, results, strict=True):
                 self._write_map(mem, placement, call, result, step)
+
+    def _add_batch(
+        self, mem: np.ndarray, placement: Placement, group: list[AddCall], step: int
+    ) -> None:
+        """Add calls of one shape on different tiles at once: ``out += inputs`` summed in f32
+        in input order and rounded once, as :meth:`_simple` does call by call."""
+        t0 = group[0]
+        dtype = np.dtype(t0.precision.numpy_name)
+        n = t0.elements * dtype.itemsize
+        spans = []
+        for call in group:
+            out = self._span(placement, call.tile, call.out, n, step, 8, "add output")
+            ins = [
+                self._span(placement, call.tile, ref, n, step, 8, "add input")
+                for ref in call.inputs
+            ]
+            spans.append((call.tile, out, ins))
+        total = np.empty((len(group), t0.elements), np.float32)
+        wide = np.empty_like(total)
+        part = np.empty((len(group), t0.elements), dtype)
+        for j in range(-1, len(t0.inputs)):  # the output, then each input in order
+            for i, (t, out, ins) in enumerate(spans):
+                at = out if j < 0 else ins[j]
+                part[i] = mem[t, at : at + n].view(dtype)
+            if dtype == np.float16 and finite_f16(part):
+                f16_to_f32(part, wide)  # exact, faster than NumPy's conversion
+            else:
+                wide[...] = part
+            if j < 0:
+                total, wide = wide, total
+            else:
+                total += wide
+        result = total.astype(dtype).view(np.uint8)
+        for i, (t, out, _) in enumerate(spans):
+            mem[t, out : out + n] = result[i]
 
     def _map_by_table(
         self, mem: np.ndarray, placement: Placement, group: list[MapCall], step: int
@@ -690,26 +732,28 @@ def _strided_rows(
 BATCHED_MAP_KINDS = frozenset({"add", "mul", "gelu", "cast", "layer_norm", "softmax"})
 
 
-def map_call_groups(calls: list[MapCall]) -> list[list[MapCall]]:
+def map_call_groups(calls: list[MapCall | AddCall]) -> list[list[MapCall | AddCall]]:
     """Calls of one run grouped for batched evaluation, in an order that keeps every tile's
     calls in program order: the n-th call of each tile goes into round n; within a round,
     calls of equal kind, attributes and operand shapes form one group."""
-    rounds: list[dict[tuple, list[MapCall]]] = []
+    rounds: list[dict[tuple, list[MapCall | AddCall]]] = []
     seen: dict[int, int] = defaultdict(int)
     for call in calls:
         n = seen[call.tile]
         seen[call.tile] = n + 1
         if n == len(rounds):
             rounds.append({})
-        shapes = tuple((v.rows, v.cols, v.dtype) for v in (call.out, *call.inputs))
-        rounds[n].setdefault((call.kind, call.attrs, shapes), []).append(call)
+        if isinstance(call, AddCall):
+            key: tuple = ("add call", call.elements, len(call.inputs), call.precision.name)
+        else:
+            shapes = tuple((v.rows, v.cols, v.dtype) for v in (call.out, *call.inputs))
+            key = (call.kind, call.attrs, shapes)
+        rounds[n].setdefault(key, []).append(call)
     return [group for r in rounds for group in r.values()]
 
 
 def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
     """NumPy semantics of the non-GEMM kernels: f32 arithmetic, rounded once on output."""
-    from scipy.special import erf
-
     if indexing_semantics.handles(call):  # integer, indexing and rearrangement kernels
         return indexing_semantics.indexing_semantics(call, args)
     x = [a.astype(np.float32) for a in args]
