@@ -188,7 +188,6 @@ class SimDevice:
             block = array2[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
             if sh.transposed:
                 block = block.T
-            block = np.ascontiguousarray(block)
             nrows, ncols = block.shape
             off = self._span(
                 placement,
@@ -199,6 +198,12 @@ class SimDevice:
                 4,
                 "host write",
             )
+            if nrows and ncols and off % eb == 0 and sh.row_stride % eb == 0:
+                # one strided copy straight into tile memory (no contiguous temporary)
+                shape, strides = (nrows, ncols), (sh.row_stride, eb)
+                np.ndarray(shape, array2.dtype, mem[sh.tile], off, strides)[...] = block
+                continue
+            block = np.ascontiguousarray(block)
             dest = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
             dest[...] = block.view(np.uint8).reshape(nrows, ncols * eb).view(dest.dtype)
 
