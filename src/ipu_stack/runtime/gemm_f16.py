@@ -45,7 +45,6 @@ FORK_WORK = 50_000_000
 _EXPONENT = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
 _MAGNITUDE = np.uint16(0x7FFF)
-_F16_MAGNITUDE = np.uint32(0x7FFF)
 # 2**-14 .. 2**15: the f16 exponents (the subnormal grid has the spacing of 2**-14)
 _LOW, _HIGH = np.uint32(113 << 23), np.uint32(142 << 23)
 _MAGIC = np.uint32((13 << 23) | (1 << 22))  # 2**e -> 1.5 * 2**(e + 13)
@@ -97,7 +96,7 @@ def gemm_f16_in_memory(mem: np.ndarray, ops: GemmOperands) -> bool:
         half = len(blocks) // 2
         theirs, blocks = blocks[half:], blocks[:half]
         child = Child(2 * rows * c * (n - theirs[0].start), partial(_child, views, theirs))
-    scratch = _Scratch()
+    scratch = _Scratch(ops)
     try:
         for calls in blocks:
             _block(views, calls, scratch)
@@ -119,7 +118,8 @@ def gemm_f16_in_memory(mem: np.ndarray, ops: GemmOperands) -> bool:
 
 def _child(views: _Views, blocks: list[range], buffer: np.ndarray) -> None:
     """A forked child's part: the blocks' output bits, in call order, into ``buffer``."""
-    ops, scratch = views.ops, _Scratch()
+    ops = views.ops
+    scratch = _Scratch(ops)
     bits = buffer.view(np.uint16).reshape(-1, ops.rows, ops.c)
     first = blocks[0].start
     for calls in blocks:
@@ -154,18 +154,40 @@ class _Views:
 
 
 class _Scratch:
-    """Buffers reused from block to block (a fresh multi-MiB array per block costs page
-    faults comparable to its work)."""
+    """Buffers and their views, made once per block size and reused from block to block (a
+    fresh multi-MiB array per block costs page faults comparable to its work)."""
 
-    def __init__(self) -> None:
-        self.held: dict[str, np.ndarray] = {}
+    def __init__(self, ops: GemmOperands) -> None:
+        self.ops = ops
+        self.held: dict[int, _Buffers] = {}
 
-    def get(self, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-        size = int(np.prod(shape))
-        held = self.held.get(name)
-        if held is None or held.size < size:
-            held = self.held[name] = np.empty(size, dtype)
-        return held[:size].reshape(shape)
+    def get(self, m: int) -> _Buffers:
+        found = self.held.get(m)
+        if found is None:
+            found = self.held[m] = _Buffers(m, self.ops)
+        return found
+
+
+class _Buffers:
+    """A block of ``m`` GEMMs' f32 operands, panel views, products and partials."""
+
+    def __init__(self, m: int, ops: GemmOperands) -> None:
+        rows, k, c = ops.rows, ops.k, ops.c
+        panels = -(-k // K_MICRO)
+        padded = panels * K_MICRO
+        self.size = size = m * rows * c
+        self.left = np.zeros((m, rows, padded), np.float32)  # a short last panel: zero
+        self.right = np.zeros((m, padded, c), np.float32)  # products add nothing
+        s = self.left.strides
+        # [panel, m, rows, 16] x [panel, m, 16, c]: panel p of the left operand in place
+        self.left_panels = np.lib.stride_tricks.as_strided(
+            self.left, (panels, m, rows, K_MICRO), (K_MICRO * s[2], s[0], s[1], s[2])
+        )
+        self.right_panels = self.right.reshape(m, panels, K_MICRO, c).transpose(1, 0, 2, 3)
+        self.products = np.empty((panels, m, rows, c), np.float32)
+        self.flat = self.products.reshape(panels, size)
+        self.init = np.zeros(size, np.float32)
+        self.acc, self.other, self.magic = (np.empty(size, np.float32) for _ in range(3))
 
 
 def _block(views: _Views, calls: range, scratch: _Scratch, sink: np.ndarray | None = None) -> None:
@@ -173,43 +195,23 @@ def _block(views: _Views, calls: range, scratch: _Scratch, sink: np.ndarray | No
     (``[calls, rows, c]`` f16 bits)."""
     ops = views.ops
     m, rows, k, c = len(calls), ops.rows, ops.k, ops.c
-    panels = -(-k // K_MICRO)
-    padded = panels * K_MICRO
-    left32 = scratch.get("left", (m, rows, padded), np.float32)
-    right32 = scratch.get("right", (m, padded, c), np.float32)
-    if padded != k:  # a short last panel: zero products add nothing
-        left32[:, :, k:] = 0
-        right32[:, k:, :] = 0
+    buf = scratch.get(m)
     for j, i in enumerate(calls):
-        f16_to_f32(views.get("left", i), left32[j, :, :k])
-        f16_to_f32(views.get("right", i), right32[j, :k, :])
-    # [panel, m, rows, 16] x [panel, m, 16, c]: panel p of the left operand in place
-    s = left32.strides
-    left_panels = np.lib.stride_tricks.as_strided(
-        left32, (panels, m, rows, K_MICRO), (K_MICRO * s[2], s[0], s[1], s[2])
-    )
-    right_panels = right32.reshape(m, panels, K_MICRO, c).transpose(1, 0, 2, 3)
-    products = scratch.get("products", (panels, m, rows, c), np.float32)
-    np.matmul(left_panels, right_panels, out=products)
-    size = m * rows * c
-    init = scratch.get("init", (size,), np.float32)
+        f16_to_f32(views.get("left", i), buf.left[j, :, :k])
+        f16_to_f32(views.get("right", i), buf.right[j, :k, :])
+    np.matmul(buf.left_panels, buf.right_panels, out=buf.products)
+    init, flat, acc, other, magic = buf.init, buf.flat, buf.acc, buf.other, buf.magic
     if ops.accumulate:
         for j, i in enumerate(calls):
             f16_to_f32(views.get("out", i), init.reshape(m, rows, c)[j])
-    else:
-        init.fill(0)
-    acc = scratch.get("acc", (size,), np.float32)
-    other = scratch.get("other", (size,), np.float32)
-    magic = scratch.get("magic", (size,), np.float32)
-    flat = products.reshape(panels, size)
     np.add(init, flat[0], out=acc)
-    for p in range(1, panels):
+    for p in range(1, len(flat)):
         _round_magnitude(acc, other, magic)
         np.add(other, flat[p], out=acc)
     _round_magnitude(acc, other, magic)
     bits = f32_to_f16_bits(other, magic, acc.view(np.uint32))
-    zeros = np.flatnonzero((bits & _F16_MAGNITUDE) == 0)
-    if len(zeros):  # rare: replayed with the sign of every partial
+    if int(bits.min()) == 0:  # rare: outputs at zero (always +0 here) replayed with signs
+        zeros = np.flatnonzero(bits == 0)
         bits[zeros] = f32_to_f16_bits(*_replay(init[zeros], flat[:, zeros]))
     bits = bits.reshape(m, rows, c)
     if sink is not None:
