@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ipu_stack.graph.compute_graph import ComputeGraph, evaluate_reference
 from ipu_stack.low.program import AddCall, MapCall, Ref, View
@@ -59,9 +60,11 @@ def test_groups_keep_each_tiles_calls_in_order():
     assert all(len({c.tile for c in group}) == len(group) for group in groups)
 
 
-def test_tables_and_batched_adds_give_the_bits_of_evaluation_call_by_call(monkeypatch):
-    # GeLU by table (runtime/map_tables.py) and add calls batched across tiles, against
-    # map_semantics evaluated per call and add calls run one by one (_simple)
+@pytest.mark.parametrize("special", [False, True])
+def test_tables_and_batched_adds_give_the_bits_of_evaluation_call_by_call(monkeypatch, special):
+    # GeLU by table (runtime/map_tables.py), bias adds with exact conversions
+    # (runtime/map_f16.py) and add calls batched across tiles, against map_semantics
+    # evaluated per call and add calls run one by one (_simple)
     g = ComputeGraph()
     x = g.host_input("x", (96, 256), "f16")
     w = g.parameter("w", (256, 128), "f16")
@@ -72,9 +75,12 @@ def test_tables_and_batched_adds_give_the_bits_of_evaluation_call_by_call(monkey
     rng = np.random.default_rng(1)
     feeds = {v.name: (rng.standard_normal(v.shape) * 2).astype(np.float16) for v in g.values
              if v.kind != "operation"}  # fmt: skip
-    feeds["x"].reshape(-1)[:6] = [np.inf, -np.inf, np.nan, 6e-8, -0.0, 65504]
+    feeds["b"].reshape(-1)[:3] = [6e-8, -0.0, -6e-8]
+    if special:
+        feeds["x"].reshape(-1)[:6] = [np.inf, -np.inf, np.nan, 6e-8, -0.0, 65504]
     fast = _run(built, feeds)
     monkeypatch.setattr(sim, "by_table", lambda call: False)
+    monkeypatch.setattr(sim, "binary_f16", lambda call: False)
     monkeypatch.setattr(sim, "map_call_groups", lambda calls: [[c] for c in calls])
     original_compute = sim.SimDevice._compute
 

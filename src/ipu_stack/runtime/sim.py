@@ -58,6 +58,7 @@ from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
 from ipu_stack.runtime.gemm_f16 import GemmOperands, f16_to_f32, finite_f16, gemm_f16_in_memory
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
+from ipu_stack.runtime.map_f16 import binary_f16, run_binary_f16
 from ipu_stack.runtime.map_tables import Tables, by_table, f16_rows
 from ipu_stack.runtime.tile_memory import small_pages, tile_memories
 from ipu_stack.target import ipu21
@@ -431,6 +432,12 @@ class SimDevice:
             t0 = group[0]
             if by_table(t0):
                 self._map_by_table(mem, placement, group, step)
+                continue
+
+            def span(tile: int, what: str, ref: Any, size: int, alignment: int) -> int:
+                return self._span(placement, tile, ref, size, step, alignment, what)
+
+            if binary_f16(t0) and run_binary_f16(mem, group, span):
                 continue
             args = [
                 np.stack(
