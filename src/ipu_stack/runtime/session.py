@@ -112,8 +112,7 @@ class _Resolver:
         spans = self.spans.get(physical, [])
         i = bisect.bisect_right(self.starts.get(physical, []), address)
         holding = None
-        for j in range(i - 1, -1, -1):  # later starts first, without copying the list
-            lo, hi, first, end, name = spans[j]
+        for lo, hi, first, end, name in reversed(spans[:i]):
             if lo <= address < hi:
                 if first <= step < end:
                     return Ref(name, address - lo)
