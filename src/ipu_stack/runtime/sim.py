@@ -25,15 +25,16 @@ import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
+from scipy.special import erf  # at import: ~0.25 s, formerly inside the first run
 
 from ipu_stack.errors import SimulationError
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.kernels.registry import KernelSpec, gemm_kernel
-from ipu_stack.kernels.semantics import decode_f143, encode_f143
+from ipu_stack.kernels.semantics import decode_f143, encode_f143, gemm_f16
 from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.program import (
     AddCall,
@@ -54,8 +55,11 @@ from ipu_stack.low.program import (
 from ipu_stack.place.assign import Placement
 from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
+from ipu_stack.runtime.gemm_f16 import GemmOperands, f16_to_f32, finite_f16, gemm_f16_in_memory
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
+from ipu_stack.runtime.map_f16 import binary_f16, run_binary_f16
+from ipu_stack.runtime.map_tables import Tables, by_table, f16_rows
 from ipu_stack.runtime.tile_memory import small_pages, tile_memories
 from ipu_stack.target import ipu21
 
@@ -96,6 +100,7 @@ class SimDevice:
         #: the kernel-call executor: None runs NumPy semantics; ``run --kernels emulate``
         #: sets a :class:`ipu_stack.runtime.emulate.EmulatedKernels`
         self.kernels: Any = None
+        self._tables = Tables(map_semantics)  # unary f16 kernels' results by input bits
 
     # -- checks -------------------------------------------------------------------------------
     @staticmethod
@@ -184,7 +189,6 @@ class SimDevice:
             block = array2[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
             if sh.transposed:
                 block = block.T
-            block = np.ascontiguousarray(block)
             nrows, ncols = block.shape
             off = self._span(
                 placement,
@@ -195,6 +199,12 @@ class SimDevice:
                 4,
                 "host write",
             )
+            if nrows and ncols and off % eb == 0 and sh.row_stride % eb == 0:
+                # one strided copy straight into tile memory (no contiguous temporary)
+                shape, strides = (nrows, ncols), (sh.row_stride, eb)
+                np.ndarray(shape, array2.dtype, mem[sh.tile], off, strides)[...] = block
+                continue
+            block = np.ascontiguousarray(block)
             dest = _strided_rows(mem[sh.tile], off, nrows, ncols * eb, sh.row_stride)
             dest[...] = block.view(np.uint8).reshape(nrows, ncols * eb).view(dest.dtype)
 
@@ -359,7 +369,7 @@ class SimDevice:
         # (each tile's calls stay ordered, and tiles share no memory).
         gemms: dict[tuple, list[GemmCall]] = defaultdict(list)
         ordinal: dict[int, int] = defaultdict(int)  # GEMM calls per tile in the current run
-        maps: list[MapCall] = []  # a run of consecutive elementwise / row-wise calls
+        maps: list[MapCall | AddCall] = []  # a run of elementwise / row-wise / add calls
         for call in calls:
             clock[call.tile] += call_cycles(call)
             if self.kernels is not None:
@@ -369,7 +379,9 @@ class SimDevice:
                 maps = []
                 if self._emulate(mem, placement, call, step):
                     continue
-            if isinstance(call, MapCall) and call.kind in BATCHED_MAP_KINDS:
+            if isinstance(call, AddCall) or (
+                isinstance(call, MapCall) and call.kind in BATCHED_MAP_KINDS
+            ):
                 self._flush(mem, placement, gemms, step)
                 ordinal.clear()
                 maps.append(call)
@@ -407,13 +419,26 @@ class SimDevice:
         return bool(self.kernels.run(mem[call.tile], call, address, call_cycles(call)))
 
     def _map_run(
-        self, mem: np.ndarray, placement: Placement, calls: list[MapCall], step: int
+        self, mem: np.ndarray, placement: Placement, calls: list[MapCall | AddCall], step: int
     ) -> None:
         """Run consecutive map calls, those of equal kind, shapes and attributes at the same
         position in their tile's sequence as one batched NumPy evaluation (tiles share no
         memory, and each tile's calls stay in order)."""
-        for group in map_call_groups(calls):
+        for mixed in map_call_groups(calls):
+            if isinstance(mixed[0], AddCall):
+                self._add_batch(mem, placement, cast(list[AddCall], mixed), step)
+                continue
+            group = cast(list[MapCall], mixed)
             t0 = group[0]
+            if by_table(t0):
+                self._map_by_table(mem, placement, group, step)
+                continue
+
+            def span(tile: int, what: str, ref: Any, size: int, alignment: int) -> int:
+                return self._span(placement, tile, ref, size, step, alignment, what)
+
+            if binary_f16(t0) and run_binary_f16(mem, group, span):
+                continue
             args = [
                 np.stack(
                     [
@@ -428,6 +453,62 @@ class SimDevice:
             results = map_semantics(t0, args)
             for call, result in zip(group, results, strict=True):
                 self._write_map(mem, placement, call, result, step)
+
+    def _add_batch(
+        self, mem: np.ndarray, placement: Placement, group: list[AddCall], step: int
+    ) -> None:
+        """Add calls of one shape on different tiles at once: ``out += inputs`` summed in f32
+        in input order and rounded once, as :meth:`_simple` does call by call."""
+        t0 = group[0]
+        dtype = np.dtype(t0.precision.numpy_name)
+        n = t0.elements * dtype.itemsize
+        spans = []
+        for call in group:
+            out = self._span(placement, call.tile, call.out, n, step, 8, "add output")
+            ins = [
+                self._span(placement, call.tile, ref, n, step, 8, "add input")
+                for ref in call.inputs
+            ]
+            spans.append((call.tile, out, ins))
+        total = np.empty((len(group), t0.elements), np.float32)
+        wide = np.empty_like(total)
+        part = np.empty((len(group), t0.elements), dtype)
+        for j in range(-1, len(t0.inputs)):  # the output, then each input in order
+            for i, (t, out, ins) in enumerate(spans):
+                at = out if j < 0 else ins[j]
+                part[i] = mem[t, at : at + n].view(dtype)
+            if dtype == np.float16 and finite_f16(part):
+                f16_to_f32(part, wide)  # exact, faster than NumPy's conversion
+            else:
+                wide[...] = part
+            if j < 0:
+                total, wide = wide, total
+            else:
+                total += wide
+        result = total.astype(dtype).view(np.uint8)
+        for i, (t, out, _) in enumerate(spans):
+            mem[t, out : out + n] = result[i]
+
+    def _map_by_table(
+        self, mem: np.ndarray, placement: Placement, group: list[MapCall], step: int
+    ) -> None:
+        """Unary f16 calls by table lookup (runtime/map_tables.py), the same bits as
+        :meth:`_map_run`'s evaluation, with its checks; pads written as zeros."""
+        table = self._tables.get(group[0])
+        for call in group:
+            x, out = call.inputs[0], call.out
+            src = self._span(
+                placement, call.tile, x.ref, (x.rows - 1) * x.stride + 2 * x.cols, step, 4,
+                f"{call.kind} input 0",
+            )  # fmt: skip
+            dst = self._span(
+                placement, call.tile, out.ref, out.rows * out.stride, step, 8,
+                f"{call.kind} output",
+            )  # fmt: skip
+            result = table[f16_rows(mem[call.tile], src, x.rows, x.cols, x.stride)]
+            rows = mem[call.tile, dst : dst + out.rows * out.stride].reshape(out.rows, -1)
+            rows[:, 2 * out.cols :] = 0  # pads are written as zeros
+            rows[:, : 2 * out.cols].view(np.uint16)[...] = result
 
     def _flush(
         self, mem: np.ndarray, placement: Placement, gemms: dict[tuple, list[GemmCall]], step: int
@@ -514,14 +595,11 @@ class SimDevice:
         dtype = np.dtype(precision.numpy_name)
         out_dtype = np.dtype(group[0].output_precision.numpy_name)
         eb, out_eb = dtype.itemsize, out_dtype.itemsize
-        lefts = np.empty((len(group), rows, k), dtype)
-        rights = np.empty((len(group), k, c), dtype)
-        outs = np.empty((len(group), rows, c), out_dtype)
-        out_offsets = []
-        for i, call in enumerate(group):
+        sizes = {"left": rows * k * eb, "right": k * c * eb, "output": rows * c * out_eb}
+        ops = GemmOperands([], [], [], [], rows, k, c, accumulate)
+        for call in group:
             t = call.tile
             rules = gemm_kernel(precision.name, call.weights)
-            sizes = {"left": rows * k * eb, "right": k * c * eb, "output": rows * c * out_eb}
             spans = {}
             for name, ref in (("left", call.left), ("right", call.right), ("output", call.out)):
                 align = rules.operand(name).alignment
@@ -529,19 +607,32 @@ class SimDevice:
                     placement, t, ref, sizes[name], step, align, f"gemm {name}"
                 )
             _check_kernel_memory(rules, spans, sizes, t, step)
-            lo, ro, oo = spans["left"], spans["right"], spans["output"]
+            ops.tiles.append(t)
+            ops.lefts.append(spans["left"])
+            ops.rights.append(spans["right"])
+            ops.outs.append(spans["output"])
+        # F16: the definition's bits by a faster route where it applies (runtime/gemm_f16.py)
+        if spec.reference is gemm_f16 and not group[0].scale_exponent:
+            with one_blas_thread():
+                if gemm_f16_in_memory(mem, ops):
+                    return
+        lefts = np.empty((len(group), rows, k), dtype)
+        rights = np.empty((len(group), k, c), dtype)
+        outs = np.empty((len(group), rows, c), out_dtype)
+        for i, (t, lo, ro, oo) in enumerate(
+            zip(ops.tiles, ops.lefts, ops.rights, ops.outs, strict=True)
+        ):
             lefts[i] = mem[t, lo : lo + rows * k * eb].view(dtype).reshape(rows, k)
             rights[i] = mem[t, ro : ro + k * c * eb].view(dtype).reshape(k, c)
             if accumulate:
                 outs[i] = mem[t, oo : oo + rows * c * out_eb].view(out_dtype).reshape(rows, c)
-            out_offsets.append((t, oo))
         extra = {"scale_exponent": group[0].scale_exponent} if group[0].scale_exponent else {}
         with one_blas_thread():
             outs = spec.reference(lefts, rights, outs, accumulate, **extra).astype(
                 out_dtype, copy=False
             )
         nbytes = rows * c * out_eb
-        for i, (t, oo) in enumerate(out_offsets):
+        for i, (t, oo) in enumerate(zip(ops.tiles, ops.outs, strict=True)):
             mem[t, oo : oo + nbytes] = outs[i].reshape(-1).view(np.uint8)
 
     def _exchange(
@@ -653,26 +744,28 @@ def _strided_rows(
 BATCHED_MAP_KINDS = frozenset({"add", "mul", "gelu", "cast", "layer_norm", "softmax"})
 
 
-def map_call_groups(calls: list[MapCall]) -> list[list[MapCall]]:
+def map_call_groups(calls: list[MapCall | AddCall]) -> list[list[MapCall | AddCall]]:
     """Calls of one run grouped for batched evaluation, in an order that keeps every tile's
     calls in program order: the n-th call of each tile goes into round n; within a round,
     calls of equal kind, attributes and operand shapes form one group."""
-    rounds: list[dict[tuple, list[MapCall]]] = []
+    rounds: list[dict[tuple, list[MapCall | AddCall]]] = []
     seen: dict[int, int] = defaultdict(int)
     for call in calls:
         n = seen[call.tile]
         seen[call.tile] = n + 1
         if n == len(rounds):
             rounds.append({})
-        shapes = tuple((v.rows, v.cols, v.dtype) for v in (call.out, *call.inputs))
-        rounds[n].setdefault((call.kind, call.attrs, shapes), []).append(call)
+        if isinstance(call, AddCall):
+            key: tuple = ("add call", call.elements, len(call.inputs), call.precision.name)
+        else:
+            shapes = tuple((v.rows, v.cols, v.dtype) for v in (call.out, *call.inputs))
+            key = (call.kind, call.attrs, shapes)
+        rounds[n].setdefault(key, []).append(call)
     return [group for r in rounds for group in r.values()]
 
 
 def map_semantics(call: MapCall, args: list[np.ndarray]) -> np.ndarray:
     """NumPy semantics of the non-GEMM kernels: f32 arithmetic, rounded once on output."""
-    from scipy.special import erf
-
     if indexing_semantics.handles(call):  # integer, indexing and rearrangement kernels
         return indexing_semantics.indexing_semantics(call, args)
     x = [a.astype(np.float32) for a in args]

@@ -1,0 +1,301 @@
+"""The simulator's fast path of the F16 AMP GEMM semantics (``f16v4hihov4amp``).
+
+:func:`ipu_stack.kernels.semantics.gemm_f16` is the definition: f16 operands, f32 products of
+each K16 x C16 coefficient panel summed in order, added to the f16 partial and rounded to f16
+once per panel. :func:`gemm_f16_in_memory` computes the same bits faster, on the operands in
+tile memory, and leaves the batch to the definition where its shortcuts do not hold:
+
+- operands are converted between f16 and f32 with bit operations (exact for finite values;
+  NumPy's f16 casts are scalar code, ~2.5 ns an element);
+- every panel's products of a block of GEMMs come from one batched matmul reading the f32
+  left operand in place (panel ``p`` is a strided ``[rows, 16]`` view): the same sgemm of the
+  same ``[rows, 16] x [16, c]`` panels as the definition's, so the same sums;
+- the partial is rounded with ``(s + C) - C``, ``C = 1.5 * 2**(e + 13)`` (``e`` the exponent
+  of ``s``, at least -14): the sum lies in one binade whose spacing is the f16 spacing at
+  ``s``, so it rounds to nearest even on the f16 grid, the subnormal one included. A result
+  of zero is +0 here; the sign of a zero partial only matters while the partial stays zero,
+  so outputs that end at zero (rare) are replayed with signed rounding;
+- with a spare core, half of a large batch's blocks run in a forked child
+  (:mod:`ipu_stack.runtime.spare_core`).
+
+5 passes per panel and element instead of 8 (plus the add), and no per-GEMM conversions by
+NumPy: the batch-4 SigLIP MLP's GEMMs (1.8 G panel-element updates) took 5.0 s, now ~3.3 s
+on one core. The shortcuts need finite operands whose partials stay below the f16 maximum
+(no rounding to infinity): the bound is the definition's own (``max |left| * max |right| *
+16`` per panel), with a margin for the rounding of the partials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from ipu_stack.runtime.spare_core import Child, spare_core
+
+K_MICRO = 16
+F16_MAX = 65504.0
+#: elements of the partials rounded per block: the block's partial, magic and scratch
+#: arrays stay in a core's L2 cache
+BLOCK_ELEMENTS = 1 << 16
+#: element-panels of a batch from which half of its blocks go to a forked child (where a
+#: core is spare; runtime/spare_core.py): ~0.1 s of work, against ~10 ms to fork and copy
+FORK_WORK = 50_000_000
+_EXPONENT = np.uint32(0x7F800000)
+_SIGN = np.uint32(0x80000000)
+_MAGNITUDE = np.uint16(0x7FFF)
+# 2**-14 .. 2**15: the f16 exponents (the subnormal grid has the spacing of 2**-14)
+_LOW, _HIGH = np.uint32(113 << 23), np.uint32(142 << 23)
+_MAGIC = np.uint32((13 << 23) | (1 << 22))  # 2**e -> 1.5 * 2**(e + 13)
+_NOT_SIGN_COPIES = np.int32(0x8FFFFFFF - (1 << 32))  # clears bits 28..30
+_UP, _DOWN = np.float32(2.0**112), np.float32(2.0**-112)
+_clip = (getattr(np, "_core", None) or np.core).umath.clip
+
+
+@dataclass(frozen=True, slots=True)
+class GemmOperands:
+    """A batch of F16 GEMMs of one shape in tile memory: per GEMM its tile and the byte
+    offsets (into that tile's memory array) of its left, right and output operands."""
+
+    tiles: list[int]
+    lefts: list[int]
+    rights: list[int]
+    outs: list[int]
+    rows: int
+    k: int
+    c: int
+    accumulate: bool
+
+
+def gemm_f16_in_memory(mem: np.ndarray, ops: GemmOperands) -> bool:
+    """Run the batch on the tile memories ``mem`` (``[tiles, bytes]``): each output becomes
+    ``left @ right`` (+ the output, if ``accumulate``) with f16 partials, bit for bit
+    :func:`~ipu_stack.kernels.semantics.gemm_f16`.
+
+    Returns:
+        False, with nothing written, where the fast path's conditions do not hold (then the
+        caller runs the definition).
+    """
+    rows, k, c = ops.rows, ops.k, ops.c
+    panels = -(-k // K_MICRO)
+    if not ops.tiles or rows == 0 or c == 0 or panels == 0 or not _subnormals_kept():
+        return not ops.tiles or rows == 0 or c == 0  # nothing to compute
+    views = _Views(mem, ops)
+    bound = views.abs_max("left") * views.abs_max("right") * K_MICRO
+    start = views.abs_max("out") if ops.accumulate else 0.0
+    limit = start + panels * bound  # the definition's bound on every partial ...
+    # ... before the partials' own rounding (each at most 2**-11 relative, once per panel)
+    if not (np.isfinite(limit) and limit * (1.0 + 2.0**-10) ** (panels + 1) <= F16_MAX):
+        return False
+    n = len(ops.tiles)
+    batch = max(1, min(n, BLOCK_ELEMENTS // (rows * c)))
+    blocks = [range(a, min(n, a + batch)) for a in range(0, n, batch)]
+    child = None
+    if len(blocks) >= 4 and n * rows * c * panels >= FORK_WORK and spare_core():
+        half = len(blocks) // 2
+        theirs, blocks = blocks[half:], blocks[:half]
+        child = Child(2 * rows * c * (n - theirs[0].start), partial(_child, views, theirs))
+    scratch = _Scratch(ops)
+    try:
+        for calls in blocks:
+            _block(views, calls, scratch)
+        if child is not None:
+            done = child.result()
+            child = None
+            if done is None:  # the child failed: its blocks here
+                for calls in theirs:
+                    _block(views, calls, scratch)
+            else:
+                bits = done.view(np.uint16).reshape(-1, rows, c)
+                for j, i in enumerate(range(theirs[0].start, n)):
+                    views.get("out", i)[...] = bits[j]
+    finally:
+        if child is not None:
+            child.cancel()
+    return True
+
+
+def _child(views: _Views, blocks: list[range], buffer: np.ndarray) -> None:
+    """A forked child's part: the blocks' output bits, in call order, into ``buffer``."""
+    ops = views.ops
+    scratch = _Scratch(ops)
+    bits = buffer.view(np.uint16).reshape(-1, ops.rows, ops.c)
+    first = blocks[0].start
+    for calls in blocks:
+        _block(views, calls, scratch, bits[calls.start - first : calls.stop - first])
+
+
+class _Views:
+    """The operands of a batch as f16 views of tile memory."""
+
+    def __init__(self, mem: np.ndarray, ops: GemmOperands) -> None:
+        self.mem, self.ops = mem, ops
+        self.shapes = {"left": (ops.rows, ops.k), "right": (ops.k, ops.c), "out": (ops.rows, ops.c)}
+        self.offsets = {"left": ops.lefts, "right": ops.rights, "out": ops.outs}
+
+    def get(self, name: str, i: int) -> np.ndarray:
+        shape = self.shapes[name]
+        at = self.offsets[name][i]
+        size = 2 * shape[0] * shape[1]
+        return self.mem[self.ops.tiles[i], at : at + size].view(np.uint16).reshape(shape)
+
+    def abs_max(self, name: str) -> float:
+        """``max |x|`` over the operand of every GEMM (inf if there is an inf or NaN)."""
+        shape = self.shapes[name]
+        magnitudes = np.empty(shape, np.uint16)
+        top = 0
+        for i in range(len(self.ops.tiles)):
+            np.bitwise_and(self.get(name, i), _MAGNITUDE, out=magnitudes)
+            top = max(top, int(magnitudes.max()))
+        if top >= 0x7C00:  # inf or NaN
+            return float("inf")
+        return float(np.uint16(top).view(np.float16))
+
+
+class _Scratch:
+    """Buffers and their views, made once per block size and reused from block to block (a
+    fresh multi-MiB array per block costs page faults comparable to its work)."""
+
+    def __init__(self, ops: GemmOperands) -> None:
+        self.ops = ops
+        self.held: dict[int, _Buffers] = {}
+
+    def get(self, m: int) -> _Buffers:
+        found = self.held.get(m)
+        if found is None:
+            found = self.held[m] = _Buffers(m, self.ops)
+        return found
+
+
+class _Buffers:
+    """A block of ``m`` GEMMs' f32 operands, panel views, products and partials."""
+
+    def __init__(self, m: int, ops: GemmOperands) -> None:
+        rows, k, c = ops.rows, ops.k, ops.c
+        panels = -(-k // K_MICRO)
+        padded = panels * K_MICRO
+        self.size = size = m * rows * c
+        self.left = np.zeros((m, rows, padded), np.float32)  # a short last panel: zero
+        self.right = np.zeros((m, padded, c), np.float32)  # products add nothing
+        s = self.left.strides
+        # [panel, m, rows, 16] x [panel, m, 16, c]: panel p of the left operand in place
+        self.left_panels = np.lib.stride_tricks.as_strided(
+            self.left, (panels, m, rows, K_MICRO), (K_MICRO * s[2], s[0], s[1], s[2])
+        )
+        self.right_panels = self.right.reshape(m, panels, K_MICRO, c).transpose(1, 0, 2, 3)
+        self.products = np.empty((panels, m, rows, c), np.float32)
+        self.flat = self.products.reshape(panels, size)
+        self.init = np.zeros(size, np.float32)
+        self.acc, self.other, self.magic = (np.empty(size, np.float32) for _ in range(3))
+
+
+def _block(views: _Views, calls: range, scratch: _Scratch, sink: np.ndarray | None = None) -> None:
+    """The outputs of ``calls``, into tile memory or, given a ``sink``, into it
+    (``[calls, rows, c]`` f16 bits)."""
+    ops = views.ops
+    m, rows, k, c = len(calls), ops.rows, ops.k, ops.c
+    buf = scratch.get(m)
+    for j, i in enumerate(calls):
+        f16_to_f32(views.get("left", i), buf.left[j, :, :k])
+        f16_to_f32(views.get("right", i), buf.right[j, :k, :])
+    np.matmul(buf.left_panels, buf.right_panels, out=buf.products)
+    init, flat, acc, other, magic = buf.init, buf.flat, buf.acc, buf.other, buf.magic
+    if ops.accumulate:
+        for j, i in enumerate(calls):
+            f16_to_f32(views.get("out", i), init.reshape(m, rows, c)[j])
+    np.add(init, flat[0], out=acc)
+    for p in range(1, len(flat)):
+        _round_magnitude(acc, other, magic)
+        np.add(other, flat[p], out=acc)
+    _round_magnitude(acc, other, magic)
+    bits = f32_to_f16_bits(other, magic, acc.view(np.uint32))
+    if int(bits.min()) == 0:  # rare: outputs at zero (always +0 here) replayed with signs
+        zeros = np.flatnonzero(bits == 0)
+        bits[zeros] = f32_to_f16_bits(*_replay(init[zeros], flat[:, zeros]))
+    bits = bits.reshape(m, rows, c)
+    if sink is not None:
+        sink[...] = bits
+        return
+    for j, i in enumerate(calls):
+        views.get("out", i)[...] = bits[j]
+
+
+def _round_magnitude(partial: np.ndarray, out: np.ndarray, magic: np.ndarray) -> None:
+    """``out`` = ``partial`` rounded to the nearest f16 value (ties to even), as f32, except
+    that a result of zero is +0 (``partial`` is left as is, ``magic`` is scratch).
+
+    Needs ``|partial| < 2**16``. The sign of a zero partial matters only while the partial
+    stays zero (``-0 + y == +0 + y`` for any ``y != 0``, and a nonzero partial rounds the same
+    either way), so a GEMM output that is not zero has the definition's bits; zero outputs
+    are replayed with :func:`_replay`.
+    """
+    magic_bits = magic.view(np.uint32)
+    np.bitwise_and(partial.view(np.uint32), _EXPONENT, out=magic_bits)
+    _clip(magic_bits, _LOW, _HIGH, out=magic_bits)
+    np.add(magic_bits, _MAGIC, out=magic_bits)
+    np.add(partial, magic, out=out)
+    np.subtract(out, magic, out=out)
+
+
+def _round(partial: np.ndarray, out: np.ndarray, magic: np.ndarray) -> None:
+    """:func:`_round_magnitude`, and a zero result keeps the sign of ``partial`` (the
+    definition's f16 rounding, exactly)."""
+    _round_magnitude(partial, out, magic)
+    magic_bits, out_bits = magic.view(np.uint32), out.view(np.uint32)
+    np.bitwise_and(partial.view(np.uint32), _SIGN, out=magic_bits)
+    np.bitwise_or(out_bits, magic_bits, out=out_bits)
+
+
+def _replay(init: np.ndarray, products: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The exact partials (signed zeros included) of a few outputs: ``init`` their starting
+    partials, ``products`` their ``[panel, output]`` panel sums. Returns the final partials
+    and two work arrays, the arguments of :func:`f32_to_f16_bits`."""
+    acc, out, magic = init.copy(), np.empty_like(init), np.empty_like(init)
+    for p in range(len(products)):
+        np.add(acc, products[p], out=acc)
+        _round(acc, out, magic)
+        acc, out = out, acc
+    return acc, magic, np.empty(acc.shape, np.uint32)
+
+
+def f16_to_f32(values: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = values`` for finite f16 ``values`` (exact; not for inf and NaN).
+
+    The f16 bits shifted left by 13 are an f32 whose exponent is 112 too small (a
+    subnormal f16 becomes a subnormal f32), so one multiplication by ``2**112`` finishes.
+    """
+    bits = out.view(np.int32)
+    np.left_shift(values.view(np.int16), 13, out=bits, dtype=np.int32)  # sign-extended
+    np.bitwise_and(bits, _NOT_SIGN_COPIES, out=bits)
+    np.multiply(out, _UP, out=out)
+
+
+def finite_f16(values: np.ndarray) -> bool:
+    """Whether every element of the f16 array is finite (no inf or NaN)."""
+    magnitudes = np.bitwise_and(values.view(np.uint16), _MAGNITUDE)
+    return not magnitudes.size or int(magnitudes.max()) < 0x7C00
+
+
+def f32_to_f16_bits(values: np.ndarray, scratch: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The f16 bits (in uint32 ``high``) of f32 ``values`` that are finite f16 values
+    (exact); ``scratch`` (f32) is a work array of their shape."""
+    bits = scratch.view(np.uint32)
+    np.multiply(values, _DOWN, out=scratch)  # the f16 exponent bias; subnormals exact
+    np.right_shift(bits, 16, out=high)
+    np.bitwise_and(high, np.uint32(0x8000), out=high)
+    np.right_shift(bits, 13, out=bits)
+    np.bitwise_and(bits, np.uint32(0x7FFF), out=bits)
+    np.bitwise_or(high, bits, out=high)
+    return high
+
+
+def _subnormals_kept() -> bool:
+    probe = np.array([1, 0x8001, 0x3C00], np.uint16).view(np.float16)
+    wide = np.empty(3, np.float32)
+    f16_to_f32(probe, wide)
+    back = f32_to_f16_bits(wide, np.empty(3, np.float32), np.empty(3, np.uint32))
+    return bool(
+        np.array_equal(wide, probe.astype(np.float32))
+        and np.array_equal(back, probe.view(np.uint16))
+    )
