@@ -160,6 +160,39 @@ def belongs(name: str, op_name: str) -> bool:
     return name == op_name or name.startswith((op_name + ".", op_name + " "))
 
 
+def op_cycles(
+    steps: list[Any], step_cycles: list[int], indices: range, names: list[str]
+) -> dict[str, float]:
+    """Simulated cycles of ``steps[indices]`` per operation: an exchange step's to the
+    operation its label names; a compute step's split over the operations whose calls its
+    busiest tile runs (consecutive calls share a step), in proportion to their modelled
+    cycles there."""
+    from collections import defaultdict
+
+    from ipu_stack.low.costs import call_cycles
+
+    def owner(buffer: str) -> str:
+        return next((n for n in names if belongs(buffer, n)), "other")
+
+    out: dict[str, float] = defaultdict(float)
+    for j in indices:
+        step, cycles = steps[j], step_cycles[j]
+        if isinstance(step, ExchangeStep):
+            out[owner(step.label)] += cycles
+        elif isinstance(step, ComputeStep) and step.calls:
+            per_tile: dict[int, list[Any]] = defaultdict(list)
+            for call in step.calls:
+                per_tile[call.tile].append(call)
+            busiest = max(per_tile.values(), key=lambda cs: sum(call_cycles(c) for c in cs))
+            shares: dict[str, int] = defaultdict(int)
+            for call, name in zip(busiest, step_names(ComputeStep(busiest)), strict=True):
+                shares[owner(name)] += call_cycles(call)
+            total = sum(shares.values()) or 1
+            for name, share in shares.items():
+                out[name] += cycles * share / total
+    return dict(out)
+
+
 def parts(built: Any, step_cycles: list[int]) -> dict[str, Any]:
     """Simulated cycles per part and the GEMM utilizations of the loop body."""
     steps = built.program.steps
@@ -187,12 +220,16 @@ def parts(built: Any, step_cycles: list[int]) -> dict[str, Any]:
         "one_layer_mlp": round(sum(per_layer[split - body.start :])),
         "head": int(sum(step_cycles[body.stop :])),
     }
+    attributed = op_cycles(steps, step_cycles, body, [op.name for op in sub.operations])
+    out["one_layer_by_operation"] = {
+        name: round(c / count) for name, c in sorted(attributed.items(), key=lambda kv: -kv[1])
+    }
     utilization = {}
     for op in sub.operations:
         if op.kind not in ("gemm", "flash_attention"):
             continue
         mine = [j for j in body if any(belongs(n, op.name) for n in step_names(steps[j]))]
-        cycles = sum(step_cycles[j] for j in mine) / count
+        cycles = attributed.get(op.name, 0) / count
         left, right = (sub.value(v) for v in op.inputs[:2])
         res = sub.value(op.output)
         k = left.shape[-2] if op.transpose_left else left.shape[-1]
