@@ -15,7 +15,7 @@ from dataclasses import replace
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
 from ipu_stack.low.gather import GatherRequest
 from ipu_stack.low.lower_ops import OpLowering, flat_shape
-from ipu_stack.low.makers import make_shard, ref
+from ipu_stack.low.makers import make_shard, ref, union_spans
 from ipu_stack.low.program import (
     Buffer,
     ComputeStep,
@@ -64,12 +64,7 @@ def stage_iterated_sources(body: ProgramBuilder, iterated: dict[tuple[int, str],
         copies: list[KernelCall] = []
         for (tile, name), spans in sorted(ranges.items()):
             stage = name + STAGE_SUFFIX
-            merged: list[list[int]] = []
-            for lo, hi in sorted(spans):
-                if merged and lo <= merged[-1][1]:
-                    merged[-1][1] = max(merged[-1][1], hi)
-                else:
-                    merged.append([lo, hi])
+            merged = union_spans(spans)
             for lo, hi in merged:
                 call = CopyCall(tile, Ref(stage, lo), Ref(name, lo), hi - lo)
                 copies.append(call)

@@ -53,3 +53,14 @@ make_buffer = maker(Buffer)
 make_shard = maker(Shard)
 make_gemm = maker(GemmCall)
 make_add = maker(AddCall)
+
+
+def union_spans(spans: Any) -> list[tuple[int, int]]:
+    """The union of ``(lo, hi)`` intervals: sorted, overlapping or touching ones merged."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]

@@ -18,6 +18,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.semantics import encode_f143
+from ipu_stack.low.makers import union_spans
 from ipu_stack.low.program import (
     AddCall,
     Binding,
@@ -129,7 +130,7 @@ def _assemble(
             alloc_names.append(a.name)
         seg_rows += [
             (tile, lo, hi - lo, SEGMENT_READ | SEGMENT_WRITE, -1)
-            for lo, hi in _union((a.address, a.address + a.size) for a in items)
+            for lo, hi in union_spans((a.address, a.address + a.size) for a in items)
         ]
     tile_code = write_images(writer, built, seg_rows)  # code, rows, tables (tile_images.py)
     writer.table("segments", seg_rows)
@@ -208,16 +209,6 @@ def _assemble(
     package = Package(manifest, writer.data())
     tile_code["description_digest"] = description_digest(package)
     return package
-
-
-def _union(spans: Any) -> list[tuple[int, int]]:
-    merged: list[list[int]] = []
-    for lo, hi in sorted(spans):
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return [(lo, hi) for lo, hi in merged]
 
 
 def _parameter(parameters: Mapping[str, np.ndarray], binding: Binding) -> np.ndarray:
