@@ -77,9 +77,23 @@ def test_run_check_passes_and_a_wrong_package_fails_with_exit_1(package_file, tm
     ok = cli("run", str(package_file), "--random-inputs", "--check", str(EXAMPLES / "mlp2.onnx"))
     assert ok.returncode == 0, ok.stderr
     assert "check y against onnxruntime" in ok.stdout and "PASS" in ok.stdout
-    other = cli("run", str(package_file), "--random-inputs", "--check",
-                str(EXAMPLES / "mlp2_f32.onnx"))  # fmt: skip
-    assert other.returncode == 2 and other.stderr.count("\n") == 1  # F32 inputs: bad input
+    # the same model in F32: the package's F16 inputs are fed to it as F32 (exact)
+    same = cli("run", str(package_file), "--random-inputs", "--check",
+               str(EXAMPLES / "mlp2_f32.onnx"))  # fmt: skip
+    assert same.returncode == 0 and "PASS" in same.stdout, same.stderr
+    # a model whose input the package does not have: bad input, one line, exit 2
+    import onnx
+
+    wrong = onnx.load(str(EXAMPLES / "mlp2_f32.onnx"))
+    name = wrong.graph.input[0].name
+    wrong.graph.input[0].name = "renamed"
+    for node in wrong.graph.node:
+        node.input[:] = ["renamed" if i == name else i for i in node.input]
+    onnx.save(wrong, str(tmp_path / "wrong.onnx"))
+    other = cli(
+        "run", str(package_file), "--random-inputs", "--check", str(tmp_path / "wrong.onnx")
+    )
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
     # a send address moved by one word: the package runs, --check rejects its outputs
     package = Package.load(package_file)
     data = bytearray(package.data)
