@@ -69,6 +69,7 @@ class Branch:
             self.peak_total,
             self.max_standard_allocation,
             self.exchange_row_bytes,
+            self.resident_total,
         )
 
 
@@ -78,15 +79,11 @@ def conversion_cycles(fmt: TensorFormat) -> int:
     return ipu21.EXCHANGE_PHASE_OVERHEAD + words
 
 
-def pareto(branches: list[Branch], lean: bool = False) -> list[Branch]:
-    """The branches no kept branch dominates or equals, in objective order (stable);
-    ``lean``: the host-written weight bytes are an objective too (a loop body, whose weights
-    are stored once per iteration: a plan that writes fewer may be the only one that fits
-    at depth, however slower)."""
+def pareto(branches: list[Branch]) -> list[Branch]:
+    """The branches no kept branch dominates or equals, in objective order (stable)."""
     keep: list[Branch] = []
     kept: list[tuple[int, ...]] = []
-    scored = [(br.objectives() + ((br.resident_total,) if lean else ()), br) for br in branches]
-    for obj, br in sorted(scored, key=lambda t: t[0]):
+    for obj, br in sorted(((br.objectives(), br) for br in branches), key=lambda t: t[0]):
         # dominated by k, or equal to it: every objective at least k's
         if not any(all(x >= y for x, y in zip(obj, k, strict=True)) for k in kept):
             keep.append(br)
@@ -288,8 +285,7 @@ def beam_search(
         for br in expanded:
             sig = tuple(sorted((v, f) for v, f in br.formats.items()))
             groups.setdefault(sig, []).append(br)
-        lean = loop_body and resident_scale > 1
-        survivors = [b for group in groups.values() for b in pareto(group, lean)]
+        survivors = [b for group in groups.values() for b in pareto(group)]
         survivors.sort(key=Branch.objectives)
         branches = survivors[:width]
     return sorted(branches, key=Branch.objectives)
