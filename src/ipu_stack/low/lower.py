@@ -11,6 +11,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value
 from ipu_stack.low.costs import call_cycles
+from ipu_stack.low.in_place import write_in_place
 from ipu_stack.low.lower_gemm import folded_shapes, lower_gemm
 from ipu_stack.low.lower_indexing import INDEXING_LOWERINGS
 from ipu_stack.low.lower_ops import LOWERINGS, OpLowering
@@ -158,6 +159,8 @@ def _lower_program(
                 buf.avoid, written, read,
             )  # fmt: skip
         buffers.append(buf)
+    # Elementwise rows that local copies would move are written where they are wanted.
+    buffers, _ = write_in_place(builder.steps, buffers, bindings + outputs)
     used = max((b.tile for b in buffers), default=-1) + 1
     if used > tile_count:  # pragma: no cover - the planner never exceeds the budget
         raise AssertionError(f"program uses {used} tiles, budget {tile_count}")

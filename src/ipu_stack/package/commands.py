@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ipu_stack.cli_types import bounded_int, named_shape, output_dir, output_file, seed
+from ipu_stack.cli_types import (
+    bounded_int,
+    finite_float,
+    named_shape,
+    output_dir,
+    output_file,
+    seed,
+)
 from ipu_stack.errors import GraphError
 from ipu_stack.target import ipu21
 from ipu_stack.trace import Trace
@@ -141,6 +148,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="compare the outputs with onnxruntime on the same inputs (exit 1 on mismatch)",
     )
+    run.add_argument(
+        "--min-cosine", metavar="C", type=finite_float(0.0, 1.0, "--min-cosine"), default=None,
+        help="with --check: an output passes when its cosine similarity to onnxruntime's is >= C "
+        "(default with F8 weights: 0.99; else max |error| <= tolerance x max |reference|)",
+    )  # fmt: skip
     run.add_argument(
         "--kernels", choices=("model", "emulate"), default="model",
         help="emulate: run every kernel call with device code on the ISA emulator (slow)",
@@ -321,10 +333,15 @@ def _run(args: argparse.Namespace) -> int:
     }
     status = 0
     if args.check is not None:
-        from ipu_stack.runtime.check import check_outputs
+        from ipu_stack.runtime.check import F8_MIN_COSINE, check_outputs
 
         dtypes = {b["name"]: b["dtype"] for b in session.package.bindings("output")}
-        report["check"] = check_outputs(args.check, inputs, outputs, dtypes)
+        min_cosine = args.min_cosine
+        if min_cosine is None and any(
+            b["dtype"] == "f8" for b in session.package.bindings("weight")
+        ):
+            min_cosine = F8_MIN_COSINE
+        report["check"] = check_outputs(args.check, inputs, outputs, dtypes, min_cosine)
         status = 0 if report["check"]["passed"] else 1
     if device.kernels is not None:
         report["kernels"] = device.kernels.report()
@@ -346,9 +363,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"profile {args.profile}: {os.path.getsize(args.profile):,} bytes")
     if "check" in report:
         for c in report["check"]["outputs"]:
+            criterion = report["check"]["criterion"]
+            bound = f"tolerance {c.get('tolerance')}" if criterion == "relative" else criterion
             detail = c.get("reason") or (
                 f"max_abs_error={c['max_abs_error']:.4g} relative={c['relative_error']:.3g} "
-                f"(tolerance {c['tolerance']})"
+                f"cosine={c['cosine']:.6f} ({bound})"
             )
             print(f"check {c['name']} against onnxruntime: {detail}")
         print("PASS" if report["check"]["passed"] else "FAIL: outputs differ from onnxruntime")
