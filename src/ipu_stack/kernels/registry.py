@@ -368,6 +368,20 @@ _OTHER_KERNELS = (
         f"{_SIM}:SimDevice._simple",
     ),
     _other_kernel(
+        "copy2d",
+        "local copy of rows runs of n bytes at a source and a destination row stride",
+        (
+            Operand("output", "output", "$m2", "bytes", "rows runs, dst_stride apart", 4),
+            Operand("source", "input", "$m3", "bytes", "rows runs, src_stride apart", 4),
+            Operand("size", "scalar", "$m4", "u32", "bytes per run"),
+            Operand("rows", "scalar", "$m5", "u32", "runs (>= 2)"),
+            Operand("dst_stride", "scalar", "$m6", "u32", "bytes, >= size"),
+            Operand("src_stride", "scalar", "$m7", "u32", "bytes"),
+        ),
+        f"{_COSTS}:copy_call_cycles",
+        f"{_SIM}:SimDevice._simple",
+    ),
+    _other_kernel(
         "fill_zero",
         "zero n bytes",
         (

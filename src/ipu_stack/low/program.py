@@ -80,12 +80,30 @@ class AddCall:
 
 @dataclass(frozen=True, slots=True)
 class CopyCall:
-    """Local copy of ``size`` bytes on one tile."""
+    """Local copy on one tile: ``rows`` runs of ``size`` bytes, run ``r`` from ``src`` +
+    ``r * src_stride`` to ``dst`` + ``r * dst_stride`` (one run: a plain copy, strides 0).
+
+    A run of rows is one call (one launch, one fixed cost) instead of one call per row:
+    what gathers an operand block's rows from a producer's rows of another width emit.
+    """
 
     tile: int
     dst: Ref
     src: Ref
     size: int
+    rows: int = 1
+    dst_stride: int = 0
+    src_stride: int = 0
+
+    @property
+    def dst_extent(self) -> int:
+        """Bytes from ``dst`` to the end of the last run."""
+        return (self.rows - 1) * self.dst_stride + self.size
+
+    @property
+    def src_extent(self) -> int:
+        """Bytes from ``src`` to the end of the last run."""
+        return (self.rows - 1) * self.src_stride + self.size
 
 
 @dataclass(frozen=True, slots=True)

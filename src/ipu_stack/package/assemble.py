@@ -350,6 +350,9 @@ def _call(call: KernelCall, placement: Placement, physical: list[int]) -> list[A
             call.elements,
             call.precision.name,
         ]
+    if isinstance(call, CopyCall) and call.rows > 1:
+        return ["copy2d", tile, at(call.dst), at(call.src), call.size, call.rows,
+                call.dst_stride, call.src_stride]  # fmt: skip
     if isinstance(call, CopyCall):
         return ["copy", tile, at(call.dst), at(call.src), call.size]
     if isinstance(call, FillCall):

@@ -509,6 +509,11 @@ def describe_call(call: list[Any]) -> str:
         return f"add {call[5]} elements={call[4]} out={call[2]:#x} inputs={inputs}"
     if kind == "copy":
         return f"copy {call[4]} bytes {call[3]:#x} -> {call[2]:#x}"
+    if kind == "copy2d":
+        return (
+            f"copy {call[5]} runs of {call[4]} bytes {call[3]:#x} (stride {call[7]}) -> "
+            f"{call[2]:#x} (stride {call[6]})"
+        )
     if kind == "fill":
         return f"fill {call[3]} bytes at {call[2]:#x}"
     attrs = " ".join(f"{k}={v}" for k, v in call[5])

@@ -103,6 +103,16 @@ def _entry(call: KernelCall, placement: Placement, symbols: dict) -> tuple[Any, 
             call.out.rows,
             call.out.cols,
         )
+    if isinstance(call, CopyCall) and call.rows > 1:
+        return (
+            "copy2d",
+            _address(placement, t, call.dst),
+            _address(placement, t, call.src),
+            call.size,
+            call.rows,
+            call.dst_stride,
+            call.src_stride,
+        )
     if isinstance(call, CopyCall):
         return (
             "copy",

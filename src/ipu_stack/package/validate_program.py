@@ -94,6 +94,7 @@ CALL_FIELDS = {
     "gemm": "aaannnpbsz",
     "add": "aAnp",
     "copy": "aan",
+    "copy2d": "aannaa",  # dst, src, run bytes, runs, dst stride, src stride
     "fill": "an",
     "map": "svVK",
 }
@@ -132,6 +133,9 @@ def _operand_bytes(call: list) -> list[int]:
         return [call[4] * ipu21.precision(call[5]).element_bytes]
     if kind in ("copy", "fill"):
         return [call[-1]]
+    if kind == "copy2d":
+        size, rows = call[4], call[5]
+        return [(rows - 1) * call[6] + size, (rows - 1) * call[7] + size]
     if kind == "map":
         views = [call[3], *call[4]]
         return [v[1] * v[2] * ipu21.precision(v[4]).element_bytes for v in views] or [0]

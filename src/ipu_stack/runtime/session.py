@@ -255,6 +255,8 @@ def _call(c: list[Any], r: _Resolver, step: int) -> KernelCall:
             )
         if kind == "copy":
             return CopyCall(t, ref(c[2]), ref(c[3]), c[4])
+        if kind == "copy2d":
+            return CopyCall(t, ref(c[2]), ref(c[3]), c[4], c[5], c[6], c[7])
         if kind == "fill":
             return FillCall(t, ref(c[2]), c[3])
         if kind == "map":

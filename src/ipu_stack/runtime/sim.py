@@ -561,9 +561,21 @@ class SimDevice:
             self._map(mem, placement, call, step)
             return
         if isinstance(call, CopyCall):
-            src = self._span(placement, t, call.src, call.size, step, 4, "copy source")
-            dst = self._span(placement, t, call.dst, call.size, step, 4, "copy destination")
-            mem[t, dst : dst + call.size] = mem[t, src : src + call.size]
+            n, rows = call.size, call.rows
+            src = self._span(placement, t, call.src, call.src_extent, step, 4, "copy source")
+            dst = self._span(placement, t, call.dst, call.dst_extent, step, 4, "copy destination")
+            if rows == 1:
+                mem[t, dst : dst + n] = mem[t, src : src + n]
+            else:  # runs in order (a later run may overwrite an earlier one's bytes)
+                ss, ds = call.src_stride, call.dst_stride
+                if ss % 4 or ds % 4 or ds < n:
+                    raise SimulationError(
+                        f"step {step} tile {t}: copy of {rows} runs of {n} bytes with strides "
+                        f"{ss} (source) and {ds} (destination): not word multiples, or runs overlap"
+                    )
+                for r in range(rows):
+                    a, b = dst + r * ds, src + r * ss
+                    mem[t, a : a + n] = mem[t, b : b + n]
         elif isinstance(call, FillCall):
             dst = self._span(placement, t, call.dst, call.size, step, 4, "fill")
             mem[t, dst : dst + call.size] = 0

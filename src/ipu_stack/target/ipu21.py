@@ -72,6 +72,11 @@ ELF_MACHINE_COLOSSUS = 0xF8
 KERNEL_LAUNCH_CYCLES = 11
 LOCAL_COPY_BYTES_PER_CYCLE = 8
 LOCAL_COPY_CALL_CYCLES = 288
+# A copy of several runs (CopyCall rows > 1) pays the call cost once and this much per run
+# after the first [I, assumed, not measured]: a worker steps both pointers and sets up its
+# `rpt` for each run (about six instructions), the six workers' runs interleaved in the barrel.
+# The emulated cycles of the copy device code are reported beside it (kernel-run copy2d_*).
+LOCAL_COPY_ROW_CYCLES = 6
 AMP_LEFT_PACK_CYCLES_PER_ELEMENT = 4  # facts §12.2 [T]: repack into AMP-left order
 
 # --- Alignment (facts §5.2 [R], §2.2 reference operand rules [T]) ---------------------------

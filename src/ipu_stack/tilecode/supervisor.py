@@ -111,6 +111,9 @@ def call_operands(call: KernelCall) -> tuple[list[Any], list[Any]]:
             call.elements,
             call.precision.name,
         ]
+    elif isinstance(call, CopyCall) and call.rows > 1:
+        template = ["copy2d", 0, reg(call.dst), reg(call.src), reg(call.size), reg(call.rows),
+                    reg(call.dst_stride), reg(call.src_stride)]  # fmt: skip
     elif isinstance(call, CopyCall):
         template = ["copy", 0, reg(call.dst), reg(call.src), reg(call.size)]
     elif isinstance(call, FillCall):
@@ -132,7 +135,9 @@ def call_operands(call: KernelCall) -> tuple[list[Any], list[Any]]:
 
 def _operand_count(call: KernelCall) -> int:
     """Operands a call passes in registers or spilled (what ``call_operands`` names)."""
-    if isinstance(call, GemmCall | CopyCall):
+    if isinstance(call, CopyCall):
+        return 6 if call.rows > 1 else 3
+    if isinstance(call, GemmCall):
         return 3
     if isinstance(call, FillCall):
         return 2
@@ -156,7 +161,7 @@ def _symbol(call: KernelCall, gemm_symbols: dict[tuple[str, str, int, int, int],
     if isinstance(call, AddCall):
         return f"ipu_stack_reduce_add_{call.precision.name}"
     if isinstance(call, CopyCall):
-        return "ipu_stack_copy"
+        return "ipu_stack_copy2d" if call.rows > 1 else "ipu_stack_copy"
     if isinstance(call, FillCall):
         return "ipu_stack_fill_zero"
     assert isinstance(call, MapCall)
