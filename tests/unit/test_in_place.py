@@ -78,3 +78,17 @@ def test_nothing_changes_when_the_rewrite_could_change_a_read():
     steps, buffers = _program()
     steps.append(ComputeStep([CopyCall(0, Ref("X"), Ref("A"), ROW)]))
     assert write_in_place(steps, buffers, [])[1] == 0
+
+
+def test_one_copy_of_runs_is_written_in_place_like_row_copies():
+    steps, buffers = _program()
+    gelu = steps[0].calls[0]
+    steps[0].calls[1:] = [CopyCall(0, Ref("B"), Ref("A"), ROW, ROWS, 24, ROW)]
+    _, removed = write_in_place(steps, buffers, [])
+    assert removed == 1 and steps[0].calls == [
+        MapCall(0, "gelu", View(Ref("B"), ROWS, COLS, 24, "f16"), gelu.inputs)
+    ]
+    # runs that cover only part of the writer's rows leave everything as it was
+    steps, buffers = _program()
+    steps[0].calls[1:] = [CopyCall(0, Ref("B"), Ref("A"), ROW, ROWS - 1, 24, ROW)]
+    assert write_in_place(steps, buffers, [])[1] == 0

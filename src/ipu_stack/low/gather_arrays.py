@@ -209,9 +209,12 @@ def gather_arrays(
     dst_base = req.offset[j] + dst_off - req.r0[j] * dst_stride
     row_bytes = (chi - clo) * eb
     whole = (row_bytes == sh_stride) & (sh_stride == dst_stride)  # one contiguous run
-    count = np.where(whole, 1, rhi - rlo)
     nbytes = _word_up(np.where(whole, (rhi - rlo) * row_bytes, row_bytes))
-    # expand pairs into pieces (one per row unless contiguous)
+    # a local pair's rows are one copy call of a run per row, at the two strides (word
+    # multiples, runs not overlapping); the rest expand into pieces, one per row unless whole
+    runs = (fields[i, 0] == req.tile[j]) & ~whole & (rhi - rlo > 1) & (dst_stride >= nbytes)
+    runs &= (dst_stride % WORD_BYTES == 0) & (sh_stride % WORD_BYTES == 0)
+    count = np.where(whole | runs, 1, rhi - rlo)
     pair = np.repeat(np.arange(j.size), count)
     first = np.cumsum(count) - count
     row = rlo[pair] + (np.arange(pair.size) - first[pair])
@@ -221,7 +224,13 @@ def gather_arrays(
     size = nbytes[pair]
     src_tile, dst_tile = fields[pi, 0], req.tile[pj]
     local = src_tile == dst_tile
-    copies = _copies(req, index, pj[local], pi[local], dst[local], src[local], size[local])
+    lp = pair[local]
+    many = runs[lp]
+    copies = _copies(
+        req, index, pj[local], pi[local], dst[local], src[local], size[local],
+        np.where(many, (rhi - rlo)[lp], 1), np.where(many, dst_stride[lp], 0),
+        np.where(many, sh_stride[lp], 0),
+    )  # fmt: skip
     remote = ~local
     transfers = _multicasts(
         req, index, pj[remote], pi[remote], src_tile[remote], src[remote], size[remote],
@@ -238,14 +247,24 @@ def _copies(
     dst: np.ndarray,
     src: np.ndarray,
     size: np.ndarray,
+    rows: np.ndarray,
+    dst_stride: np.ndarray,
+    src_stride: np.ndarray,
 ) -> list[KernelCall]:
-    """The local pieces as copy calls, in piece order."""
+    """The local pieces as copy calls, in piece order: ``rows`` runs each (strides 0 for a
+    single run)."""
     if pj.size == 0:
         return []
     buffers: np.ndarray = index.buffers
+    ds, ss = dst_stride, src_stride
     dst_refs = _refs(req.buffer[pj].tolist(), dst.tolist())
     src_refs = _refs(buffers[pi].tolist(), src.tolist())
-    return list(map(make_copy, req.tile[pj].tolist(), dst_refs, src_refs, size.tolist()))
+    return list(
+        map(
+            make_copy, req.tile[pj].tolist(), dst_refs, src_refs, size.tolist(), rows.tolist(),
+            ds.tolist(), ss.tolist(),
+        )
+    )  # fmt: skip
 
 
 def _multicasts(

@@ -135,14 +135,18 @@ def _rewrite(
     calls to run just before position ``p`` are added to ``ahead[p]``. ``on_tile``: the
     positions of every call of the tile, ascending."""
     writers = [p for p in positions if type(calls[p]) is MapCall]
-    copies = {}
+    # every run of every copy: source offset -> (position, destination buffer, offset, bytes)
+    runs: dict[int, tuple[int, str, int, int]] = {}
     for p in positions:
         c = calls[p]
         if type(c) is CopyCall:
-            if c.src.offset in copies:
-                return False
-            copies[c.src.offset] = p
+            for r in range(c.rows):
+                at = c.src.offset + r * c.src_stride
+                if at in runs:
+                    return False
+                runs[at] = (p, c.dst.buffer, c.dst.offset + r * c.dst_stride, c.size)
     plan: list[tuple[int, View]] = []
+    matched = 0
     used: set[int] = set()
     target = None
     for wp in writers:
@@ -154,16 +158,13 @@ def _rewrite(
             return False
         dsts = []
         for i in range(out.rows):
-            q = copies.get(out.ref.offset + i * out.stride)
-            if q is None or q < wp or q in used:
+            run = runs.pop(out.ref.offset + i * out.stride, None)
+            if run is None or run[0] < wp or run[3] != row_bytes or target not in (None, run[1]):
                 return False
-            c = calls[q]
-            assert isinstance(c, CopyCall)
-            if c.size != row_bytes or target not in (None, c.dst.buffer):
-                return False
-            target = c.dst.buffer
-            used.add(q)
-            dsts.append(c.dst.offset)
+            target = run[1]
+            used.add(run[0])
+            matched += 1
+            dsts.append(run[2])
         stride = dsts[1] - dsts[0] if len(dsts) > 1 else row_bytes
         if stride < row_bytes or any(d != dsts[0] + i * stride for i, d in enumerate(dsts)):
             return False
@@ -171,8 +172,8 @@ def _rewrite(
             return False
         assert target is not None
         plan.append((wp, View(Ref(target, dsts[0]), out.rows, out.cols, stride, out.dtype)))
-    if not plan or len(used) != len(copies) or target is None or target == source:
-        return False
+    if not plan or runs or target is None or target == source:
+        return False  # a run no writer's row accounts for: the source is read otherwise
     first, last = min(writers), max(used)
     fills = []
     mine = set(writers) | used
