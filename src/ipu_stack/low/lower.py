@@ -187,6 +187,7 @@ def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, i
             value_shards[op.output] = lower_gemm(
                 graph, op, plans[op.id], precision, builder, host_shards, value_shards,
                 ctx.tile_offsets.get(op.name, 0), ctx.tiles, bool(ctx.staged_homes),
+                ctx.delivered,
             )  # fmt: skip
             for vid in op.inputs:  # host inputs this gemm delivered are homed there now
                 if graph.value(vid).kind == "host_input" and vid not in value_shards:

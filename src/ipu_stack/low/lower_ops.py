@@ -78,6 +78,9 @@ class OpLowering:
     staged: set[str] = field(default_factory=set)
     # a loop body's lowering: parameters are per iteration (homes, see GemmProblem.in_loop)
     staged_homes: bool = False
+    # left operands produced on chip that a gemm delivered, by delivery (see lower_gemm's
+    # ``delivered``): a later gemm with the same left operand and blocks reads them there
+    delivered: dict[tuple, str] = field(default_factory=dict)
     # per op: (calls before exchange, transfers, calls after) for the estimate
     costs: dict[str, tuple[list[KernelCall], list[LogicalTransfer], list[KernelCall]]] = field(
         default_factory=dict
