@@ -18,7 +18,7 @@ from ipu_stack.package.build import BuildConfig, build
 from ipu_stack.runtime.sim import SimDevice
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import make_examples  # noqa: E402
+import make_examples
 
 
 def test_encoder_block_with_rows_written_in_place_matches_onnxruntime(monkeypatch):
