@@ -245,7 +245,9 @@ def _copies(
     buffers: np.ndarray = index.buffers
     dst_refs = _refs(req.buffer[pj].tolist(), dst.tolist())
     src_refs = _refs(buffers[pi].tolist(), src.tolist())
-    return list(map(make_copy, req.tile[pj].tolist(), dst_refs, src_refs, size.tolist()))
+    tiles = req.tile[pj].tolist()  # one run each: rows 1, strides 0 (make_copy takes every field)
+    return list(map(make_copy, tiles, dst_refs, src_refs, size.tolist(), repeat(1), repeat(0),
+                    repeat(0)))  # fmt: skip
 
 
 def _multicasts(
