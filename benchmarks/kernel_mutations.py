@@ -1049,6 +1049,35 @@ MUTANTS += [
 ]
 
 
+# copy2d (elementwise.S EW_OP 6/7, kernels/units.py Copy2dUnit): 280 atoms of 64 bits in runs of 8,
+# each worker's range starts inside a run (but worker 0's), spans 4-5 whole runs and ends inside one;
+# the word form (EW_OP 7) on 40 runs of 15 words at addresses and strides 4 mod 8 for _a4.
+C2, C2W, C2A4 = "copy2d_b64_r35", "copy2d_b60_r40", "copy2d_b64_r35_a4"
+MUTANTS += [
+    (EW, C2, "copy2d first chunk body 1 -> 0", "rpt $m5, 1", "rpt $m5, 0", 2),
+    (EW, C2, "copy2d whole-run body 1 -> 0", "rpt $m9, 1", "rpt $m9, 0", 0),
+    (EW, C2, "copy2d last chunk body 1 -> 0", "rpt $m8, 1", "rpt $m8, 0", 0),
+    (EW, C2, "copy2d destination stride not applied (whole runs)", " add $m3, $m3, $m6\n", " add $m3, $m3, $mzero\n", 0),
+    (EW, C2, "copy2d source stride not applied (last chunk)", " add $m1, $m1, $m2\n", " add $m1, $m1, $mzero\n", 1),
+    (EW, C2, "copy2d source stride keeps the run bytes", "sub $m2, $m2, $m0", "sub $m2, $m2, $mzero", 0),
+    (EW, C2, "copy2d destination stride keeps the run bytes", "sub $m6, $m6, $m0", "sub $m6, $m6, $mzero", 0),
+    (EW, C2, "copy2d strides swapped in frame", "st32 $m6, $m11, $mzero, FRAME_DST_STRIDE", "st32 $m7, $m11, $mzero, FRAME_DST_STRIDE", 0),
+    (EW, C2, "copy2d source read as the destination", "ld32 $m1, $mvertex_base, $mzero, FRAME_SRC", "ld32 $m1, $mvertex_base, $mzero, FRAME_OUT", 0),
+    (EW, C2, "copy2d worker start offset 0", "setzi $m4, (C2_S_\\w - C2_R0_\\w * C2_ATOMS) * C2_UNIT", "setzi $m4, 0", 0),
+    (EW, C2, "copy2d worker start run 0", "setzi $m9, C2_R0_\\w", "setzi $m9, 0", 0),
+    (EW, C2, "copy2d ranges split by five", ".set C2_S_\\w, (\\w * C2_TOTAL) / WORKER_CONTEXTS", ".set C2_S_\\w, (\\w * C2_TOTAL) / (WORKER_CONTEXTS - 1)", 0),
+    (EW, C2, "copy2d last chunk one atom more", "setzi $m8, C2_NL_\\w", "setzi $m8, C2_NL_\\w + 1", 0),
+    (EW, C2, "copy2d first chunk one atom short", "setzi $m5, C2_N0_\\w", "setzi $m5, C2_N0_\\w - 1", 0),
+    (EW, C2, "copy2d whole-run loop decrement -2", "add $m7, $m7, -1", "add $m7, $m7, -2", 0),
+    (EW, C2, "copy2d whole-run loop brnz -> brz", "brnz $m7, .Lc2_full", "brz $m7, .Lc2_full", 0),
+    (EW, C2, "copy2d every worker takes block 0", "mul $m0, $m0, .Lc2_w1 - .Lc2_w0", "mul $m0, $m0, 0", 0),
+    (EW, C2, "copy2d store step 0", "st64step $a0:1, $m3, $m4+=, 1", "st64step $a0:1, $m3, $m4+=, 0", 0),
+    (EW, C2, "copy2d dropped sync", " sync SYNC_ZONE_LOCAL\n", "", 1),
+    (EW, C2W, "copy2d words: word store step 2", "st32step $a0, $m3, $m4+=, 1", "st32step $a0, $m3, $m4+=, 2", 0),
+    (EW, C2W, "copy2d words: unit of 8 bytes", " .set C2_UNIT, 4", " .set C2_UNIT, 8", 0),
+    (EW, C2A4, "copy2d words at 4 mod 8: load from the store's base", "ld32step $a0, $m1, $m4+=, 0", "ld32step $a0, $m3, $m4+=, 0", 1),
+]
+
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     start = -1
     for _ in range(occurrence + 1):

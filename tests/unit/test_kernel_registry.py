@@ -187,6 +187,7 @@ def test_cycle_formulas_are_reached_only_through_the_registry():
 _REPRESENTATIVE_UNITS = {
     "reduce_add": "reduce_add_f16_p3_n200",
     "copy": "copy_b1000",
+    "copy2d": "copy2d_b40_r9",
     "fill_zero": "fill_zero_b64",
     "add": "add_f16_n1000",
     "mul": "mul_f32_n998",

@@ -24,7 +24,7 @@ from ipu_stack.isa import Fault, LoadError, Tile, load_unit
 from ipu_stack.kernels import registry, semantics
 from ipu_stack.kernels.kernel_run_f32 import stray_writes
 from ipu_stack.kernels.kernel_run_indexing import run_indexing
-from ipu_stack.kernels.units import ElementwiseUnit, parse_unit
+from ipu_stack.kernels.units import Copy2dUnit, ElementwiseUnit, parse_copy2d, parse_unit
 from ipu_stack.kernels.units_indexing import parse_indexing_unit
 from ipu_stack.kernels.units_rowwise import parse_rowwise, run_rowwise
 from ipu_stack.kernels.units_unary import parse_unary
@@ -96,6 +96,11 @@ def kernel_run(name: str, source: str | None = None, seed: int = 0) -> dict[str,
             program = load_unit(src, att.flags(), name)
             report["source"] = str(src)
             report["entries"] = [ua.run_attention(program, att, rng, _Placer)]
+        elif (c2 := parse_copy2d(name)) is not None:  # runs at strides (registry copy2d)
+            src = Path(source) if source else c2.source
+            program = load_unit(src, c2.flags(), name)
+            report["source"] = str(src)
+            report["entries"] = [_run_copy2d(program, c2, rng)]
         else:
             unit = parse_unit(name)
             src = Path(source) if source else unit.source
@@ -247,6 +252,55 @@ def _run_elementwise(program: Any, unit: ElementwiseUnit, rng: np.random.Generat
         "emulated_cycles": result.cycles, "modelled_cycles": _elementwise_model(unit),
         **({"stray_writes": stray} if stray else {}),
     }  # fmt: skip
+
+
+def _run_copy2d(program: Any, unit: Copy2dUnit, rng: np.random.Generator) -> dict:
+    """Runs at seeded strides: the destination stride leaves a gap of 1..4 atoms between runs
+    (random bytes that must survive), the source stride is anything from 0 (every run reads
+    the same bytes) to 3 atoms more than a run; word units (``_a4`` or B 4 mod 8) get addresses
+    4 mod 8."""
+    u, b = unit.alignment, unit.run_bytes
+    dst_stride = b + u * int(rng.integers(1, 5))
+    src_stride = max(0, b + u * int(rng.integers(-2, 4)))
+    if rng.integers(0, 4) == 0:
+        src_stride = b  # contiguous source rows, the common case
+    dst_ext, src_ext = unit.extents(dst_stride, src_stride)
+    placer = _Placer()
+    skew = 4 if unit.words else 0
+    dst_at = placer.take("standard", dst_ext + skew + 64, packed=True) + skew
+    src_at = placer.take("interleaved", src_ext + skew + 64, packed=True) + skew
+    tile = Tile(program)
+    modelled = _copy2d_model(unit, dst_stride, src_stride)
+    tile.max_cycles = 100_000 + 20 * modelled  # a runaway loop is a fault
+    prior = rng.integers(0, 256, dst_ext + 64, dtype=np.uint8)  # 64 guard bytes after the end
+    data = rng.integers(0, 256, src_ext, dtype=np.uint8)
+    tile.mem.write(dst_at, prior, 4)
+    tile.mem.write(src_at, data, 4)
+    regs = {2: dst_at, 3: src_at, 4: b, 5: unit.runs, 6: dst_stride, 7: src_stride,
+            11: STACK_TOP}  # fmt: skip
+    before = tile.mem.data.copy()
+    result = tile.call(unit.entry, regs)
+    runs = [(dst_at + r * dst_stride, b) for r in range(unit.runs)]
+    stray = stray_writes(tile, before, runs)
+    got = tile.mem.read(dst_at, dst_ext, 4)
+    want = unit.reference(prior[:dst_ext], data, dst_stride, src_stride)
+    err = np.abs(got.astype(np.int64) - want.astype(np.int64))
+    wrong = int(np.count_nonzero(err))
+    return {
+        "entry": unit.entry, "runs": unit.runs, "run_bytes": b, "dst_stride": dst_stride,
+        "src_stride": src_stride, "max_abs_error": float(err.max()), "wrong_bytes": wrong,
+        "ok": wrong == 0 and not stray, "emulated_cycles": result.cycles,
+        "modelled_cycles": modelled, **({"stray_writes": stray} if stray else {}),
+    }  # fmt: skip
+
+
+def _copy2d_model(unit: Copy2dUnit, dst_stride: int, src_stride: int) -> int:
+    """The cost model's cycles for the call (low/costs.py copy_call_cycles), for comparison."""
+    from ipu_stack.low import costs
+    from ipu_stack.low.program import CopyCall, Ref
+
+    call = CopyCall(0, Ref("o"), Ref("s"), unit.run_bytes, unit.runs, dst_stride, src_stride)
+    return costs.copy_call_cycles(call)
 
 
 def _elementwise_model(unit: ElementwiseUnit) -> int:

@@ -487,7 +487,8 @@ GEMM_KERNELS: dict[tuple[str, str, bool], GemmKernelSpec] = {
 # mul with a broadcast operand run broadcast.S, tanh GeLU gelu_tanh.S). Forms no unit covers
 # keep their NumPy semantics in ``run --kernels emulate`` (README "Kernels on the emulator").
 OTHER_SOURCES = {
-    "reduce_add": "reduce_add.S", "copy": "elementwise.S", "fill_zero": "elementwise.S",
+    "reduce_add": "reduce_add.S", "copy": "elementwise.S", "copy2d": "elementwise.S",
+    "fill_zero": "elementwise.S",
     "add": "elementwise.S", "mul": "elementwise.S", "gelu": "gelu_erf.S", "cast": "cast.S",
     "layer_norm": "layer_norm.S", "softmax": "softmax.S", "reduce_mean": "layer_norm.S",
     **dict.fromkeys(("sub", "div", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow"),

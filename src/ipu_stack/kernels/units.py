@@ -3,7 +3,9 @@
 A unit name fixes everything the template needs (kernels/templates/elementwise.S):
 ``add_{f16|f32}_n{N}``, ``mul_{f16|f32}_n{N}`` (N elements, N * bytes a multiple of 8),
 ``copy_b{N}`` (N bytes, a multiple of 4: 32-bit words when not of 8) and ``fill_zero_b{N}``
-(N bytes, a multiple of 8); and
+(N bytes, a multiple of 8); ``copy2d_b{B}_r{R}[_a4]`` (:class:`Copy2dUnit`, the registry's
+copy2d: R runs of B bytes at strides passed at run time, 64-bit atoms when B is a multiple of
+8 unless ``_a4`` asks for 32-bit words, which need only 4-byte alignment); and
 ``reduce_add_{f16|f32}_p{P}_n{N}`` (kernels/templates/reduce_add.S: ``out += sum`` of P
 partials, f32 sum rounded once, the registry's reduce_add); ``cast_{f16_f32|f32_f16}_n{N}``
 (kernels/templates/cast.S, N a multiple of 4; ``dtype`` is the output's);
@@ -213,4 +215,76 @@ def parse_unit(name: str) -> ElementwiseUnit:
             f"unit {name}: {unit.nbytes} bytes must be a positive multiple of 8, at most "
             f"{MAX_ATOMS * 8}"
         )
+    return unit
+
+
+_COPY2D = re.compile(r"^copy2d_b(?P<b>\d+)_r(?P<r>\d+)(?P<a4>_a4)?$")
+MAX_RUNS = (1 << 20) - 1  # run indices and counts are `setzi` immediates (elementwise.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Copy2dUnit:
+    """A copy of ``runs`` runs of ``run_bytes`` bytes (registry kernel copy2d, EW_OP 6 or 7 of
+    elementwise.S): run ``r`` from ``src + r * src_stride`` to ``dst + r * dst_stride``, the
+    strides (bytes) passed at run time in ``$m7`` and ``$m6``."""
+
+    name: str
+    run_bytes: int
+    runs: int
+    words: bool  # 32-bit words (EW_OP 7): 4-byte alignment; else 64-bit atoms (EW_OP 6)
+
+    @property
+    def source(self) -> Path:
+        return ELEMENTWISE_TEMPLATE
+
+    @property
+    def entry(self) -> str:
+        return f"{ENTRY_PREFIX}{self.name}"
+
+    @property
+    def alignment(self) -> int:
+        """Bytes the addresses and strides must be multiples of."""
+        return 4 if self.words else 8
+
+    def flags(self) -> list[str]:
+        atoms = self.run_bytes // self.alignment
+        return [f"-DEW_OP={7 if self.words else 6}", f"-DEW_ATOMS={atoms}",
+                f"-DEW_RUNS={self.runs}", f"-DEW_SYMBOL={self.entry}"]  # fmt: skip
+
+    def extents(self, dst_stride: int, src_stride: int) -> tuple[int, int]:
+        """Bytes from the destination and from the source to the end of their last run."""
+        last = self.runs - 1
+        return last * dst_stride + self.run_bytes, last * src_stride + self.run_bytes
+
+    def reference(self, dst: np.ndarray, src: np.ndarray, dst_stride: int,
+                  src_stride: int) -> np.ndarray:  # fmt: skip
+        """The destination's bytes after the copy (runtime.sim's CopyCall semantics): ``dst``
+        and ``src`` are the uint8 extents from the two addresses; gaps keep their bytes."""
+        if dst_stride < self.run_bytes:
+            raise GraphError(f"{self.name}: destination stride {dst_stride} < run bytes")
+        out = dst.copy()
+        cols = np.arange(self.run_bytes)
+        rows = np.arange(self.runs)[:, None]
+        out[rows * dst_stride + cols] = src[rows * src_stride + cols]
+        return out
+
+
+def parse_copy2d(name: str) -> Copy2dUnit | None:
+    """The copy2d unit ``name`` denotes, or None when it is not a copy2d name.
+
+    Raises:
+        GraphError: a copy2d name with an impossible size.
+    """
+    m = _COPY2D.match(name)
+    if not m:
+        return None
+    b, r = int(m["b"]), int(m["r"])
+    unit = Copy2dUnit(name, b, r, bool(m["a4"]) or b % 8 != 0)
+    if b <= 0 or b % 4 or b // unit.alignment > MAX_ATOMS:
+        raise GraphError(
+            f"unit {name}: {b} bytes per run must be a positive multiple of 4, at most "
+            f"{MAX_ATOMS} atoms of {unit.alignment} bytes"
+        )
+    if not 1 <= r <= MAX_RUNS:
+        raise GraphError(f"unit {name}: {r} runs, the template takes 1..{MAX_RUNS}")
     return unit

@@ -2,7 +2,8 @@
 
 :class:`EmulatedKernels` is the simulator's kernel-call executor when it is chosen: a call whose
 kernel has device code (F16/F8/F32 GEMMs; attention, see ``runtime/emulate_attention.py``;
-contiguous add/mul of equal shapes or with a row vector; 8-byte copies and fills; reduce-add of
+contiguous add/mul of equal shapes or with a row vector; 8-byte copies and fills; copies of
+runs at strides (``copy2d`` units, when source and destination bytes do not overlap); reduce-add of
 up to 256 partials; GeLU, the unary kinds, sub/div and the column, scalar and [R, 1] forms of
 :mod:`ipu_stack.kernels.units_unary`; layer norm, softmax and the row mean of
 :mod:`ipu_stack.kernels.units_rowwise`; the indexing, integer and F8-cast kernels of
@@ -23,7 +24,7 @@ import numpy as np
 
 from ipu_stack.isa import Memory, Tile, load_unit
 from ipu_stack.kernels import registry, units_unary
-from ipu_stack.kernels.units import MAX_PARTS, parse_unit
+from ipu_stack.kernels.units import MAX_ATOMS, MAX_PARTS, MAX_RUNS, parse_copy2d, parse_unit
 from ipu_stack.kernels.units_rowwise import ROWWISE_KINDS
 from ipu_stack.kernels.units_rowwise import emulate_job as rowwise_emulate_job
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
@@ -107,6 +108,8 @@ class EmulatedKernels:
                 regs[5] = call.scale_exponent
             phase = "accumulate" if call.accumulate else "init"
             return name, v.source, tuple(v.flags()), v.entry_symbol(phase, call.rows), regs
+        if isinstance(call, CopyCall) and call.rows > 1:  # runs at strides: copy2d units
+            return _copy2d_job(call, address)
         if isinstance(call, (CopyCall, FillCall)):
             kind = "copy" if isinstance(call, CopyCall) else "fill_zero"
             align = 4 if kind == "copy" and call.size % 8 == 4 else 8  # word copies: 4 mod 8
@@ -216,3 +219,35 @@ class EmulatedKernels:
             "emulated_units": {k: dict(v) for k, v in sorted(self.units.items())},
             "modelled_only": {k: dict(v) for k, v in sorted(self.modelled.items())},
         }
+
+
+def _copy2d_job(call: CopyCall, address: Any) -> tuple | None:
+    """A copy of ``rows`` runs at strides on ``copy2d_b{size}_r{rows}``: 64-bit atoms when
+    size, strides and both addresses are multiples of 8, else the word unit (``_a4``). Runs
+    whose source bytes overlap destination bytes stay with the semantics (the workers copy
+    in parallel; the semantics copy run after run)."""
+    n, rows, ds, ss = call.size, call.rows, call.dst_stride, call.src_stride
+    if n % 4 or ds % 4 or ss % 4 or ds < n:
+        return None  # the simulator's semantics reject it with their message
+    if n // 4 > MAX_ATOMS or rows > MAX_RUNS:
+        return None  # beyond the template's rpt counts and setzi immediates: stays modelled
+    dst = address(call.dst, call.dst_extent, 4, "copy destination")
+    src = address(call.src, call.src_extent, 4, "copy source")
+    if _runs_overlap(dst, ds, src, ss, n, rows):
+        return None
+    wide = all(x % 8 == 0 for x in (ds, ss, dst, src))  # sizes 4 mod 8 are words anyway
+    unit = parse_copy2d(f"copy2d_b{n}_r{rows}{'' if wide or n % 8 else '_a4'}")
+    assert unit is not None
+    regs = {2: dst, 3: src, 4: n, 5: rows, 6: ds, 7: ss}
+    return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs
+
+
+def _runs_overlap(dst: int, ds: int, src: int, ss: int, n: int, rows: int) -> bool:
+    """Whether any source run shares a byte with any destination run (destination runs are
+    disjoint and ascending: ``ds >= n``)."""
+    if src + (rows - 1) * ss + n <= dst or dst + (rows - 1) * ds + n <= src:
+        return False
+    starts = dst + ds * np.arange(rows, dtype=np.int64)
+    s = src + ss * np.arange(rows, dtype=np.int64)
+    last = np.searchsorted(starts, s + n, side="left") - 1  # the last run starting before s + n
+    return bool(np.any((last >= 0) & (starts[np.maximum(last, 0)] + n > s)))
