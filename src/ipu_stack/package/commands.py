@@ -189,15 +189,20 @@ def _compile(args: argparse.Namespace) -> int:
     from ipu_stack.package.assemble import assemble_package, report_json
     from ipu_stack.package.build import BuildConfig, build
     from ipu_stack.package.summary import compile_summary
-    from ipu_stack.progress import ProgressTrace, enabled
+    from ipu_stack.progress import ProgressTrace, enabled, stage
 
     started = time.perf_counter()
     trace = ProgressTrace() if enabled() and not args.json else Trace()
     shapes = dict(args.input_shape)
-    proto = _load_onnx(args.model, args.precision, shapes)
-    # validated by _load_onnx as read; a precision-converted copy is validated again
-    graph, onnx_bindings = import_onnx(proto, input_shapes=shapes, validate=bool(args.precision))
-    graph = quantize_bindings(graph, onnx_bindings, args.weight_precision)
+    with stage(trace, f"importing {args.model}"):
+        proto = _load_onnx(args.model, args.precision, shapes)
+        # validated by _load_onnx as read; a precision-converted copy is validated again
+        graph, onnx_bindings = import_onnx(
+            proto, input_shapes=shapes, validate=bool(args.precision)
+        )
+    if args.weight_precision != "f16":
+        with stage(trace, "calibrating F8 activation scales (float32 run of the model)"):
+            graph = quantize_bindings(graph, onnx_bindings, args.weight_precision)
     config = BuildConfig(tiles=args.tiles)
     if args.finalists is not None:
         config.finalists = args.finalists
