@@ -183,6 +183,17 @@ def _load_onnx(path: str, precision: str | None, input_shapes: dict[str, Any]) -
 
 
 def _compile(args: argparse.Namespace) -> int:
+    from ipu_stack.gc_pause import collector_paused
+
+    # No cyclic collector for the whole command: the build and the package make millions of
+    # long-lived objects and none in cycles, and a collection between the phases (where
+    # ``build`` and ``assemble_package`` pause it themselves) walked them all (~3 s on the
+    # So400m tower).
+    with collector_paused():
+        return _compile_paused(args)
+
+
+def _compile_paused(args: argparse.Namespace) -> int:
     from ipu_stack.gc_pause import hold_until_exit
     from ipu_stack.graph.onnx_import import import_onnx
     from ipu_stack.graph.weight_precision import quantize_bindings
