@@ -41,6 +41,18 @@ def _bar(total: int | None, desc: str, unit: str) -> Any:
                 dynamic_ncols=True)  # fmt: skip
 
 
+#: held while a status line is redrawn from its thread, and across every fork (the build
+#: forks workers): a child never starts with the terminal stream's lock held by a thread it
+#: does not have
+_DRAWING = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_DRAWING.acquire,
+        after_in_parent=_DRAWING.release,
+        after_in_child=_DRAWING.release,
+    )
+
+
 class _Status:
     """A one-line status (``desc`` and the seconds so far) redrawn each second by a daemon
     thread until closed."""
@@ -56,7 +68,9 @@ class _Status:
 
     def _tick(self) -> None:
         while not self.done.wait(1.0):
-            self.bar.refresh()
+            with _DRAWING:
+                if not self.done.is_set():
+                    self.bar.refresh()
 
     def close(self) -> None:
         self.done.set()
