@@ -428,9 +428,11 @@ def clique_separations(problem: ResourceProblem, members: list[int]) -> npt.NDAr
     # -D_i < d < D_j. Offsets and durations are integers far below 2**24, exact in float32.
     with np.errstate(invalid="ignore"):
         difference = offsets[:, None, :] - offsets[None, :, :]
-        valid = (difference > -duration[:, None, None]) & (difference < duration[None, :, None])
-        difference[~valid] = -np.inf
-    best = duration[:, None].astype(np.float64) + difference.max(axis=2, initial=-np.inf)
+        valid = difference > -duration[:, None, None]
+        valid &= difference < duration[None, :, None]
+    # the largest valid difference per pair (-inf for none)
+    largest = np.max(difference, axis=2, initial=-np.inf, where=valid)
+    best = duration[:, None].astype(np.float64) + largest
     best[~np.isfinite(best)] = np.nan
     np.fill_diagonal(best, np.nan)
     return best
