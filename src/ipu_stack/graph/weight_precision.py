@@ -24,7 +24,9 @@ GEMMs of two activations (attention scores) and F32 GEMMs.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,8 +190,18 @@ def _row_blocks(op: Operation, x: np.ndarray) -> np.ndarray:
     rows = x.reshape(-1, x.shape[-1])
     out = np.empty(rows.shape, np.float32)
     step = 16 * max(1, _BLOCK_ELEMENTS // (16 * rows.shape[1]))
-    for start in range(0, rows.shape[0], step):
+    starts = range(0, rows.shape[0], step)
+
+    def block(start: int) -> None:
         out[start : start + step] = reference_op(op, [rows[start : start + step]])
+
+    threads = min(os.cpu_count() or 1, 2, len(starts))
+    if threads < 2:
+        for start in starts:
+            block(start)
+    else:  # NumPy's loops release the GIL: the blocks go to two threads (disjoint outputs)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(block, starts))
     return out.reshape(x.shape)
 
 
