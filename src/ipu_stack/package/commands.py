@@ -186,9 +186,9 @@ def _compile(args: argparse.Namespace) -> int:
     from ipu_stack.gc_pause import collector_paused
 
     # No cyclic collector for the whole command: the build and the package make millions of
-    # long-lived objects and none in cycles, and a collection between the phases (where
-    # ``build`` and ``assemble_package`` pause it themselves) walked them all (~3 s on the
-    # So400m tower).
+    # long-lived objects and none in cycles (``build`` and ``assemble_package`` pause it
+    # themselves; this also covers import, calibration and the steps between them, where a
+    # collection would walk everything the build made).
     with collector_paused():
         return _compile_paused(args)
 
