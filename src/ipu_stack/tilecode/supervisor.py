@@ -390,10 +390,11 @@ def _step_ops(
     static: list[list[int]] | None = None,
     iterated: list[tuple[int, Any]] | None = None,
 ) -> list[Op]:
-    """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended,
-    except those of calls that read no iterated buffer: once, into ``static``, referenced as
-    ``("static", n)`` until the loop places them). ``iterated`` collects ``(step, operands)``
-    of every call with a per-iteration table, in table order."""
+    """Ops of one step, its calls' operand tables appended to ``tables`` (in a loop:
+    ``iteration``'s, except those of calls that read no iterated buffer: once, into
+    ``static``, referenced as ``("static", n)`` until the loop places them). ``iterated``
+    collects ``(step, operands)`` of every call with a per-iteration table, in table order:
+    :func:`emit_program` makes the later iterations' tables from them."""
     if isinstance(step, ExchangeStep):
         ops: list[Op] = [_sync_supervisor()]
         row = rows.get((index, iteration)) if rows else None
