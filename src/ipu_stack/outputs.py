@@ -94,7 +94,15 @@ def make_output_dir(path: str | os.PathLike[str]) -> Path:
     return directory
 
 
-def _stage(target: Path, data: bytes) -> Path:
+#: a file's bytes: one buffer, or a list of buffers written one after another (not joined)
+Content = bytes | list[bytes]
+
+
+def _size(data: Content) -> int:
+    return sum(len(part) for part in data) if isinstance(data, list) else len(data)
+
+
+def _stage(target: Path, data: Content) -> Path:
     """Write ``data`` to a new temporary file beside ``target``; returns its path."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
@@ -104,7 +112,8 @@ def _stage(target: Path, data: bytes) -> Path:
         raise OutputError(f"cannot write {target}: {err.strerror or err}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for part in data if isinstance(data, list) else [data]:
+                f.write(part)
             f.flush()
             os.fsync(f.fileno())
     except BaseException as err:
@@ -115,7 +124,7 @@ def _stage(target: Path, data: bytes) -> Path:
     return tmp
 
 
-def atomic_write_many(files: Sequence[tuple[str | os.PathLike[str], bytes]]) -> list[int]:
+def atomic_write_many(files: Sequence[tuple[str | os.PathLike[str], Content]]) -> list[int]:
     """Write several files whole or not at all: every one is staged before any is renamed.
 
     Returns:
@@ -141,11 +150,12 @@ def atomic_write_many(files: Sequence[tuple[str | os.PathLike[str], bytes]]) -> 
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
-    return [len(data) for _, data in files]
+    return [_size(data) for _, data in files]
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> int:
-    """Write ``data`` to ``path`` whole or not at all (temporary name, fsync, rename).
+def atomic_write(path: str | os.PathLike[str], data: Content) -> int:
+    """Write ``data`` (bytes, or a list of buffers written in turn) to ``path`` whole or not
+    at all (temporary name, fsync, rename).
 
     Returns:
         The number of bytes written.

@@ -3,14 +3,20 @@
 Bars are shown when stderr is a terminal, or when ``IPU_STACK_PROGRESS=1``;
 ``IPU_STACK_PROGRESS=0`` turns them off. The build's bars follow its trace events
 (:class:`ProgressTrace`): finalists evaluated (``scheduled operator-plan finalist`` of the
-``retained`` ones) and large exchange phases scheduled; the simulator's bar follows its
-steps (:class:`SimulationProgress`, a step observer).
+``retained`` ones) and large exchange phases scheduled, and every build phase shows a status
+line with its name and a running clock while it works (:func:`stage` does the same for the
+compile command's steps outside the build: import, F8 calibration); the simulator's bar
+follows its steps (:class:`SimulationProgress`, a step observer). None of this adds trace
+events (the package's report holds them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +39,57 @@ def _bar(total: int | None, desc: str, unit: str) -> Any:
 
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
                 dynamic_ncols=True)  # fmt: skip
+
+
+#: held while a status line is redrawn from its thread, and across every fork (the build
+#: forks workers): a child never starts with the terminal stream's lock held by a thread it
+#: does not have
+_DRAWING = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_DRAWING.acquire,
+        after_in_parent=_DRAWING.release,
+        after_in_child=_DRAWING.release,
+    )
+
+
+class _Status:
+    """A one-line status (``desc`` and the seconds so far) redrawn each second by a daemon
+    thread until closed."""
+
+    def __init__(self, desc: str) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=None, desc=desc, file=sys.stderr, leave=False,
+                        bar_format="{desc} ({elapsed})", dynamic_ncols=True)  # fmt: skip
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._tick, daemon=True)
+        self.thread.start()
+
+    def _tick(self) -> None:
+        while not self.done.wait(1.0):
+            with _DRAWING:
+                if not self.done.is_set():
+                    self.bar.refresh()
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.bar.close()
+
+
+@contextlib.contextmanager
+def stage(trace: Trace, desc: str) -> Iterator[None]:
+    """Show ``desc`` with a running clock while the block runs, if ``trace`` draws progress
+    (a :class:`ProgressTrace`); nothing is recorded."""
+    if not isinstance(trace, ProgressTrace):
+        yield
+        return
+    status = _Status(desc)
+    try:
+        yield
+    finally:
+        status.close()
 
 
 @dataclass(slots=True)
@@ -68,6 +125,12 @@ class ProgressTrace(Trace):
             for name in done:
                 if name in bars:
                     bars.pop(name).close()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """:meth:`Trace.phase`, with a status line naming the phase while it runs."""
+        with stage(self, f"build phase {name}"), Trace.phase(self, name):
+            yield
 
     def close(self) -> None:
         """Remove any bar still open."""

@@ -102,3 +102,24 @@ def test_build_progress_follows_the_trace_events(capsys):
     assert "evaluating finalists" in err and "3/3" in err
     assert "scheduling large exchange phases" in err and "1phase" in err
     assert len(trace.events) == 10 and not trace.bars  # recorded as a Trace, bars closed
+
+
+def test_build_phases_and_compile_steps_show_a_status_line(capsys):
+    from ipu_stack.progress import ProgressTrace, stage
+    from ipu_stack.trace import Trace
+
+    trace = ProgressTrace(quiet=True)
+    with stage(trace, "importing model.onnx"):
+        pass
+    with trace.phase("lower_exchanges"):
+        pass
+    trace.close()
+    err = capsys.readouterr().err
+    assert "importing model.onnx" in err and "build phase lower_exchanges" in err
+    # the status lines record nothing: the events are those of a plain Trace
+    plain = Trace(quiet=True)
+    with stage(plain, "importing model.onnx"), plain.phase("lower_exchanges"):
+        pass
+    assert capsys.readouterr().err == ""
+    strip = [{k: v for k, v in e.items() if k != "elapsed_ms"} for e in trace.events]
+    assert strip == [{k: v for k, v in e.items() if k != "elapsed_ms"} for e in plain.events]

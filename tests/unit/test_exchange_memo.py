@@ -98,3 +98,22 @@ def test_a_phase_moved_to_other_addresses_reuses_the_schedule_and_still_verifies
     # Other options are another question.
     optimize_phase(moved, time_budget=0.1, wall_clock_guards=False, memo=memo, max_pieces=1)
     assert memo.hits == 1 and len(memo.reports) == 2
+
+
+def test_a_phase_seen_before_is_not_compiled_again(monkeypatch) -> None:
+    from ipu_stack.exchange import scheduler
+
+    phase = _phase()
+    memo = ScheduleMemo()
+    first = optimize_phase(phase, time_budget=0.0, wall_clock_guards=False, memo=memo)
+    compiled = []
+    real = scheduler.compile_phase
+    monkeypatch.setattr(scheduler, "compile_phase", lambda *a: compiled.append(1) or real(*a))
+    again = optimize_phase(phase, time_budget=0.0, wall_clock_guards=False, memo=memo)
+    assert not compiled and again.schedule == first.schedule and memo.hits == 1
+    # an equal phase that is another object, or other options: compiled (then found by content)
+    copy = ExchangePhase(tuple(phase.transfers), phase.tile_count)
+    same = optimize_phase(copy, time_budget=0.0, wall_clock_guards=False, memo=memo)
+    assert compiled == [1] and same.schedule == first.schedule and memo.hits == 2
+    optimize_phase(phase, time_budget=0.0, wall_clock_guards=False, memo=memo, max_pieces=1)
+    assert compiled == [1, 1]

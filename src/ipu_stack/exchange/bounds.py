@@ -428,9 +428,11 @@ def clique_separations(problem: ResourceProblem, members: list[int]) -> npt.NDAr
     # -D_i < d < D_j. Offsets and durations are integers far below 2**24, exact in float32.
     with np.errstate(invalid="ignore"):
         difference = offsets[:, None, :] - offsets[None, :, :]
-        valid = (difference > -duration[:, None, None]) & (difference < duration[None, :, None])
-        difference[~valid] = -np.inf
-    best = duration[:, None].astype(np.float64) + difference.max(axis=2, initial=-np.inf)
+        valid = difference > -duration[:, None, None]
+        valid &= difference < duration[None, :, None]
+    # the largest valid difference per pair (-inf for none)
+    largest = np.max(difference, axis=2, initial=-np.inf, where=valid)
+    best = duration[:, None].astype(np.float64) + largest
     best[~np.isfinite(best)] = np.nan
     np.fill_diagonal(best, np.nan)
     return best
@@ -448,17 +450,24 @@ def _ordered_clique(
     # A pair's separation depends on the two members alone: computed once, then members are
     # dropped by taking sub-matrices.
     full = clique_separations(problem, members)
-    keep = np.arange(len(members))
+    missing = np.isnan(full)
+    np.fill_diagonal(missing, False)
+    # Unusable pairs per member among those kept (counts updated as members are dropped).
+    unusable = missing.sum(axis=0) + missing.sum(axis=1)
+    kept = np.ones(len(members), dtype=bool)
     while True:
-        separation = full[np.ix_(keep, keep)]
-        missing = np.isnan(separation)
-        np.fill_diagonal(missing, False)
-        if not missing.any():
+        counts = np.where(kept, unusable, -1)
+        top = int(np.argmax(counts))  # the first kept member with the most unusable pairs
+        if counts[top] <= 0:
             break
-        # Drop the member with the most unusable pairs.
-        keep = np.delete(keep, int(np.argmax(missing.sum(axis=0) + missing.sum(axis=1))))
-        if keep.size < 2:
+        # Drop it: its pairs no longer count for the others.
+        kept[top] = False
+        unusable -= missing[top]
+        unusable -= missing[:, top]
+        if int(kept.sum()) < 2:
             return None
+    keep = np.flatnonzero(kept)
+    separation = full[np.ix_(keep, keep)]
     members = [members[k] for k in keep.tolist()]
     head = heads[members].astype(np.float64)
     tail = tails[members].astype(np.float64)

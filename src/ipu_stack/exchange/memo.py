@@ -96,6 +96,21 @@ class ScheduleMemo:
     reports: dict[bytes, PhaseReport] = field(default_factory=dict)
     verified: set[bytes] = field(default_factory=set)
     hits: int = 0
+    #: (id of a phase, model and options) -> (the phase, its :func:`problem_key`): a phase
+    #: object seen before is not compiled again to find its report (phases are immutable; each
+    #: entry keeps its phase alive, so the id is not reused)
+    keys: dict[tuple[int, tuple[object, ...]], tuple[ExchangePhase, bytes]] = field(
+        default_factory=dict
+    )
+
+    def key_of(self, phase: ExchangePhase, options: tuple[object, ...]) -> bytes | None:
+        """The problem key remembered for this phase object under ``options``, if any."""
+        known = self.keys.get((id(phase), options))
+        return known[1] if known is not None and known[0] is phase else None
+
+    def remember_key(self, phase: ExchangePhase, options: tuple[object, ...], key: bytes) -> None:
+        """Remember ``phase``'s problem key under ``options``."""
+        self.keys[(id(phase), options)] = (phase, key)
 
     def get(self, key: bytes) -> PhaseReport | None:
         """The report remembered for ``key``, if any."""

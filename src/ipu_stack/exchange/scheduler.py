@@ -206,10 +206,17 @@ def optimize_phase(
     if max_pieces < 1:
         raise ScheduleError(f"max_pieces must be at least 1 piece per transfer, got {max_pieces}")
     phase.validate()
+    options = (model, time_budget, target_gap, wall_clock_guards, max_pieces)
+    if memo is not None:  # this phase object's report, without compiling it again
+        seen = memo.key_of(phase, options)
+        known = memo.get(seen) if seen is not None else None
+        if known is not None:
+            return replace(known, seconds=time.perf_counter() - started)
     problem = compile_phase(phase, model)
     key = b""
     if memo is not None:
         key = problem_key(problem, model, time_budget, target_gap, wall_clock_guards, max_pieces)
+        memo.remember_key(phase, options, key)
         known = memo.get(key)
         if known is not None:
             return replace(known, seconds=time.perf_counter() - started)

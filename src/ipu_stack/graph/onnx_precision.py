@@ -63,8 +63,23 @@ def _converted(tensor: TensorProto, dtype: type[np.generic]) -> TensorProto:
     )
 
 
+#: arrays above this many elements are converted in blocks of this many (element by element
+#: the same values, without full-size temporaries: a weight read from disk is read once)
+_BLOCK = 1 << 16
+
+
 def converted_array(array: np.ndarray, dtype: type[np.generic] | np.dtype) -> np.ndarray:
     """``array`` in ``dtype``, rounded to nearest; finite values beyond F16 saturate."""
+    if array.size > _BLOCK and array.flags.c_contiguous and array.dtype != np.dtype(dtype):
+        flat = array.reshape(-1)
+        out = np.empty(flat.shape, dtype)
+        for start in range(0, flat.size, _BLOCK):
+            out[start : start + _BLOCK] = _converted_block(flat[start : start + _BLOCK], dtype)
+        return out.reshape(array.shape)
+    return _converted_block(array, dtype)
+
+
+def _converted_block(array: np.ndarray, dtype: type[np.generic] | np.dtype) -> np.ndarray:
     if np.dtype(dtype) == np.float16 and array.dtype != np.float16:
         top = float(np.finfo(np.float16).max)
         array = np.where(np.isfinite(array), np.clip(array, -top, top), array)

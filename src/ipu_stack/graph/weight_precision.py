@@ -24,7 +24,9 @@ GEMMs of two activations (attention scores) and F32 GEMMs.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,10 +150,59 @@ def _calibrate(
         elif op.kind == "gemm":  # float32 products (the reference's are float64: slower)
             a = np.swapaxes(args[0], -1, -2) if op.transpose_left else args[0]
             b = np.swapaxes(args[1], -1, -2) if op.transpose_right else args[1]
-            env[op.output] = np.matmul(a, b)
+            env[op.output] = _matmul(a, b)
+        elif op.kind in _ROW_WISE and len(args) == 1 and args[0].flags.c_contiguous:
+            env[op.output] = _row_blocks(op, args[0])
         else:
             env[op.output] = np.asarray(reference_op(op, args), np.float32)
     return [env[i] for i in graph.outputs]
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``; a stack of products (attention's per-head ones) with one BLAS thread.
+
+    Each product of a stack is one small sgemm, which OpenBLAS splits over its threads: the
+    hand-offs cost more than the product (measured on the 2-core host under load: 16 heads of
+    729 x 72 x 729 in 0.28 s of CPU with two threads, 0.021 s with one). The values do not
+    depend on it (threads split the output, never K; ``runtime/host_threads.py``).
+    """
+    if math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) > 1:
+        from ipu_stack.runtime.host_threads import one_blas_thread
+
+        with one_blas_thread():
+            return np.matmul(a, b)
+    return np.matmul(a, b)
+
+
+#: operations computed row by row (last axis) with one operand: evaluated in row blocks
+_ROW_WISE = frozenset({"gelu", "softmax"})
+#: elements per row block, at most (the temporaries of a block stay in the core's cache)
+_BLOCK_ELEMENTS = 1 << 16
+
+
+def _row_blocks(op: Operation, x: np.ndarray) -> np.ndarray:
+    """``reference_op`` of a row-wise operation on a C-contiguous array in blocks of whole
+    rows, in float32: the same values as on the whole array (each element or row is computed
+    alike; blocks of 16 rows keep the vector loops' element alignment), without temporaries
+    of the whole array's size (tanh GeLU makes five, two of them float64)."""
+    if x.ndim == 0 or x.size == 0:
+        return np.asarray(reference_op(op, [x]), np.float32)
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.empty(rows.shape, np.float32)
+    step = 16 * max(1, _BLOCK_ELEMENTS // (16 * rows.shape[1]))
+    starts = range(0, rows.shape[0], step)
+
+    def block(start: int) -> None:
+        out[start : start + step] = reference_op(op, [rows[start : start + step]])
+
+    threads = min(os.cpu_count() or 1, 2, len(starts))
+    if threads < 2:
+        for start in starts:
+            block(start)
+    else:  # NumPy's loops release the GIL: the blocks go to two threads (disjoint outputs)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(block, starts))
+    return out.reshape(x.shape)
 
 
 def calibration_feeds(

@@ -195,21 +195,37 @@ def _load_onnx(path: str, precision: str | None, input_shapes: dict[str, Any]) -
 
 
 def _compile(args: argparse.Namespace) -> int:
+    from ipu_stack.gc_pause import collector_paused
+
+    # No cyclic collector for the whole command: the build and the package make millions of
+    # long-lived objects and none in cycles (``build`` and ``assemble_package`` pause it
+    # themselves; this also covers import, calibration and the steps between them, where a
+    # collection would walk everything the build made).
+    with collector_paused():
+        return _compile_paused(args)
+
+
+def _compile_paused(args: argparse.Namespace) -> int:
     from ipu_stack.gc_pause import hold_until_exit
     from ipu_stack.graph.onnx_import import import_onnx
     from ipu_stack.graph.weight_precision import quantize_bindings
     from ipu_stack.package.assemble import assemble_package, report_json
     from ipu_stack.package.build import BuildConfig, build
     from ipu_stack.package.summary import compile_summary
-    from ipu_stack.progress import ProgressTrace, enabled
+    from ipu_stack.progress import ProgressTrace, enabled, stage
 
     started = time.perf_counter()
     trace = ProgressTrace() if enabled() and not args.json else Trace()
     shapes = dict(args.input_shape)
-    proto = _load_onnx(args.model, args.precision, shapes)
-    # validated by _load_onnx as read; a precision-converted copy is validated again
-    graph, onnx_bindings = import_onnx(proto, input_shapes=shapes, validate=bool(args.precision))
-    graph = quantize_bindings(graph, onnx_bindings, args.weight_precision)
+    with stage(trace, f"importing {args.model}"):
+        proto = _load_onnx(args.model, args.precision, shapes)
+        # validated by _load_onnx as read; a precision-converted copy is validated again
+        graph, onnx_bindings = import_onnx(
+            proto, input_shapes=shapes, validate=bool(args.precision)
+        )
+    if args.weight_precision != "f16":
+        with stage(trace, "calibrating F8 activation scales (float32 run of the model)"):
+            graph = quantize_bindings(graph, onnx_bindings, args.weight_precision)
     config = BuildConfig(tiles=args.tiles)
     if args.finalists is not None:
         config.finalists = args.finalists

@@ -12,7 +12,8 @@ horizon is the same in whichever process it was made, and every finalist's refin
 are those a separate evaluation would give. Only keys and horizons travel between processes.
 
 Without fork (or with one finalist), the finalists are evaluated in turn in this process,
-sharing one memo: the same numbers.
+sharing one memo: the same numbers. A lone finalist's phases are scheduled by forked workers
+(``schedule_program(parallel=True)``), as the selected finalist's final schedules are.
 """
 
 from __future__ import annotations
@@ -149,7 +150,9 @@ def evaluate_finalists(
     """Every finalist's outcome (in finalist order) and the evaluation of finalist 0, kept
     in this process (None if it could not be placed); ``memo`` gains finalist 0's reports."""
     if len(finalists) < 2 or "fork" not in mp.get_all_start_methods():
-        return _in_turn(graph, finalists, tiles, budget, memo)
+        # a lone finalist's phases go to forked workers as the final schedules' do (the same
+        # schedules: they are deterministic; the workers' reports join ``memo``)
+        return _in_turn(graph, finalists, tiles, budget, memo, parallel=len(finalists) == 1)
     preload_solver()  # imported once, before forking
     context = mp.get_context("fork")
     workers: list[tuple[Any, Connection]] = []
@@ -172,14 +175,19 @@ def evaluate_finalists(
 
 
 def _in_turn(
-    graph: ComputeGraph, finalists: list[Finalist], tiles: int, budget: float, memo: ScheduleMemo
+    graph: ComputeGraph,
+    finalists: list[Finalist],
+    tiles: int,
+    budget: float,
+    memo: ScheduleMemo,
+    parallel: bool = False,
 ) -> tuple[list[Outcome], Evaluated | None]:
     outcomes: list[Outcome] = []
     kept: Evaluated | None = None
     for i, finalist in enumerate(finalists):
         trace = Trace(quiet=True)
         try:
-            evaluated = evaluate(graph, finalist, tiles, trace, budget, memo)
+            evaluated = evaluate(graph, finalist, tiles, trace, budget, memo, parallel)
         except PlanError as err:
             outcomes.append((None, trace.events, err))
             continue

@@ -150,9 +150,13 @@ class Package:
     # -- bytes ----------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """The file's bytes (header, manifest, data), digest included."""
+        return b"".join(self._sealed())
+
+    def _sealed(self) -> list[bytes]:
+        """The file's parts in order: header head, digest, manifest, data."""
         manifest = canonical_json(self.manifest)
         manifest += b" " * (-len(manifest) % 8)
-        return _seal(SCHEMA_VERSION, manifest, self.data)
+        return _seal_parts(SCHEMA_VERSION, manifest, self.data)
 
     @property
     def digest(self) -> str:
@@ -177,8 +181,10 @@ class Package:
 
         try:
             with collector_paused():
-                blob = self.to_bytes()
-            return atomic_write(path, blob), blob[32:64].hex()
+                parts = self._sealed()
+            # written part by part: the data area (most of a large model's file) is not
+            # copied into one more buffer of the file's size
+            return atomic_write(path, parts), parts[1].hex()
         except OutputError as err:
             raise PackageError(str(err)) from None
 
@@ -250,11 +256,15 @@ def _digest(header_head: bytes, body: bytes) -> bytes:
 
 
 def _seal(version: int, manifest: bytes, data: bytes) -> bytes:
+    return b"".join(_seal_parts(version, manifest, data))
+
+
+def _seal_parts(version: int, manifest: bytes, data: bytes) -> list[bytes]:
     head = HEADER.pack(MAGIC, version, HEADER_SIZE, len(manifest), len(data), b"\0" * 32)[:32]
     h = hashlib.sha256(head)
     h.update(manifest)
-    h.update(data)  # hashed in place: the file is joined once
-    return b"".join((head, h.digest(), manifest, data))
+    h.update(data)  # hashed in place
+    return [head, h.digest(), manifest, data]
 
 
 def reseal(blob: bytes, version: int | None = None) -> bytes:

@@ -192,10 +192,12 @@ def _run(job: _Job, memo: ScheduleMemo, groups: list[list[int]], processes: int)
         with ProcessPoolExecutor(processes, mp_context=mp.get_context("fork")) as pool:
             futures = [pool.submit(_child, k) for k in range(len(groups))]
             for future in futures:
-                part, reports, verified = future.result()
+                part, reports, verified, keys = future.result()
                 results.update(part)
                 memo.reports.update(reports)  # later programs of this build reuse them
                 memo.verified.update(verified)
+                for index, options, key in keys:
+                    memo.remember_key(job.phases[index], options, key)
     finally:
         _JOB = None
     return results
@@ -208,14 +210,26 @@ def preload_solver() -> None:
         import ortools.sat.python.cp_model  # noqa: F401
 
 
-def _child(k: int) -> tuple[_Result, dict[bytes, PhaseReport], set[bytes]]:
-    """One group's schedules, with the reports and verifications this worker added."""
+#: per phase of a group: (its index, the options it was keyed under, its problem key)
+_Keys = list[tuple[int, tuple[object, ...], bytes]]
+
+
+def _child(k: int) -> tuple[_Result, dict[bytes, PhaseReport], set[bytes], _Keys]:
+    """One group's schedules, with the reports and verifications this worker added and the
+    problem keys of the group's phases (the build process then finds their reports without
+    compiling them again: the phase objects are the ones it forked with)."""
     assert _JOB is not None
     job, memo, parts = _JOB
     known, verified = set(memo.reports), set(memo.verified)
     out = _schedule_part(job, memo, parts[k])
     added = {key: r for key, r in memo.reports.items() if key not in known}
-    return out, added, memo.verified - verified
+    mine = {id(job.phases[i]): i for i in parts[k]}
+    keys = [
+        (mine[pid], options, key)
+        for (pid, options), (phase, key) in memo.keys.items()
+        if pid in mine and phase is job.phases[mine[pid]]
+    ]
+    return out, added, memo.verified - verified, keys
 
 
 def _schedule_part(job: _Job, memo: ScheduleMemo, indices: list[int]) -> _Result:

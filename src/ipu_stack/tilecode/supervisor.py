@@ -315,15 +315,16 @@ def emit_program(
             first_table = len(tables)
             body_ops: list[Op] = []
             static: list[list[int]] = []  # tables of calls that read no iterated buffer
-            for i in range(step.count):
-                iteration_ops = []
-                for j in body:
-                    iteration_ops += _step_ops(
-                        tile, j, steps[j], i, step, linked, gemm_symbols, rows, tables, calls,
-                        static,
-                    )  # fmt: skip
-                if i == 0:
-                    body_ops = iteration_ops
+            # calls whose tables differ per iteration, in table order (found in iteration 0)
+            iterated: list[tuple[int, Any]] = []
+            for j in body if step.count else ():
+                body_ops += _step_ops(
+                    tile, j, steps[j], 0, step, linked, gemm_symbols, rows, tables, calls,
+                    static, iterated,
+                )  # fmt: skip
+            shifts = step.iterated
+            for i in range(1, step.count):  # later iterations add only their own tables
+                tables += [_table_words(j, operands, shifts, tile, i) for j, operands in iterated]
             per_iteration = len(tables) - first_table
             # the static tables follow the iterated ones, once for all iterations
             body_ops = [
@@ -392,10 +393,13 @@ def _step_ops(
     tables: list[list[int]],
     calls: dict[int, list[KernelCall]],
     static: list[list[int]] | None = None,
+    iterated: list[tuple[int, Any]] | None = None,
 ) -> list[Op]:
-    """Ops of one step (in a loop: ops of iteration 0; tables of every iteration appended,
-    except those of calls that read no iterated buffer: once, into ``static``, referenced as
-    ``("static", n)`` until the loop places them)."""
+    """Ops of one step, its calls' operand tables appended to ``tables`` (in a loop:
+    ``iteration``'s, except those of calls that read no iterated buffer: once, into
+    ``static``, referenced as ``("static", n)`` until the loop places them). ``iterated``
+    collects ``(step, operands)`` of every call with a per-iteration table, in table order:
+    :func:`emit_program` makes the later iterations' tables from them."""
     if isinstance(step, ExchangeStep):
         ops: list[Op] = [_sync_supervisor()]
         row = rows.get((index, iteration)) if rows else None
@@ -437,6 +441,8 @@ def _step_ops(
         words = _table_words(index, operands, shifts, tile, iteration)
         table = len(tables)
         tables.append(words)
+        if iterated is not None:
+            iterated.append((index, operands))
         if repeat is None:
             ops.append(("setzi", TABLE_REGISTER, ("table", table)))
         else:
