@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import PackageError, SimulationError
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.program import KernelCall
 from ipu_stack.package.format import Package
@@ -86,6 +87,7 @@ class _Tile:
 
 
 @small_pages()
+@collector_paused()  # the package's millions of objects: no collections walking them
 def run_images(
     device: SimDevice, package: Package, executable: Any, feeds: Mapping[str, np.ndarray],
     resolver: Any, make_call: Any, observer: StepObserver | None = None,

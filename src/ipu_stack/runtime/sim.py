@@ -31,6 +31,7 @@ import numpy as np
 from scipy.special import erf  # at import: ~0.25 s, formerly inside the first run
 
 from ipu_stack.errors import SimulationError
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.kernels.registry import KernelSpec, gemm_kernel
@@ -247,6 +248,7 @@ class SimDevice:
 
     # -- execution ----------------------------------------------------------------------------
     @small_pages()
+    @collector_paused()
     def run(
         self,
         program: LowProgram,
