@@ -33,7 +33,7 @@ from ipu_stack.package.format import Package
 from ipu_stack.package.validate_program import check_call
 from ipu_stack.runtime.exchange_sim import Row, simulate
 from ipu_stack.runtime.sim import MEMORY_BYTES, RunResult, SimDevice, StepObserver
-from ipu_stack.runtime.tile_memory import small_pages, tile_memories
+from ipu_stack.runtime.tile_memory import heap_kept, small_pages, tile_memories
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.decode import Decoded, decode
 
@@ -87,6 +87,7 @@ class _Tile:
 
 
 @small_pages()
+@heap_kept()
 @collector_paused()  # the package's millions of objects: no collections walking them
 def run_images(
     device: SimDevice, package: Package, executable: Any, feeds: Mapping[str, np.ndarray],

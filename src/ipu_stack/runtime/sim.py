@@ -31,9 +31,9 @@ import numpy as np
 from scipy.special import erf  # at import: ~0.25 s, formerly inside the first run
 
 from ipu_stack.errors import SimulationError
-from ipu_stack.gc_pause import collector_paused
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.kernels.registry import KernelSpec, gemm_kernel
 from ipu_stack.kernels.semantics import decode_f143, encode_f143, gemm_f16
 from ipu_stack.low.costs import call_cycles
@@ -61,7 +61,7 @@ from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
 from ipu_stack.runtime.map_f16 import binary_f16, run_binary_f16
 from ipu_stack.runtime.map_tables import Tables, by_table, f16_rows
-from ipu_stack.runtime.tile_memory import small_pages, tile_memories
+from ipu_stack.runtime.tile_memory import heap_kept, small_pages, tile_memories
 from ipu_stack.target import ipu21
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
@@ -248,6 +248,7 @@ class SimDevice:
 
     # -- execution ----------------------------------------------------------------------------
     @small_pages()
+    @heap_kept()
     @collector_paused()
     def run(
         self,
