@@ -36,6 +36,7 @@ from ipu_stack.runtime.spare_core import Child, spare_core
 
 K_MICRO = 16
 F16_MAX = 65504.0
+F16_MAX_BITS = int(np.array(F16_MAX, np.float32).view(np.uint32))  # as f32 bits
 #: elements of the partials rounded per block: the block's partial, magic and scratch
 #: arrays stay in a core's L2 cache
 BLOCK_ELEMENTS = 1 << 16
