@@ -57,14 +57,12 @@ from ipu_stack.place.assign import Placement
 from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
 from ipu_stack.runtime.gemm_f16 import (
-    F16_MAX_BITS,
     GemmOperands,
     f16_to_f32,
-    f32_to_f16_bits,
     finite_f16,
     gemm_f16_in_memory,
+    to_f16_bits,
 )
-from ipu_stack.runtime.gemm_f16 import _round as round_f16
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
 from ipu_stack.runtime.map_f16 import binary_f16, run_binary_f16
@@ -679,17 +677,13 @@ class SimDevice:
 
 def _to_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``values.astype(dtype)`` for f32 ``values``; to f16 by the exact rounding of the GEMM
-    fast path where every value is finite and at most the f16 maximum (NumPy's f16 cast is
-    scalar code, ~2.5 ns an element)."""
-    if dtype != np.float16 or not values.size:
-        return values.astype(dtype)
-    flat = values.reshape(-1)
-    if int((flat.view(np.uint32) & np.uint32(0x7FFFFFFF)).max()) > F16_MAX_BITS:
-        return values.astype(dtype)  # inf, NaN or a value that rounds to inf: NumPy's cast
-    rounded, magic = np.empty_like(flat), np.empty_like(flat)
-    round_f16(flat, rounded, magic)
-    bits = f32_to_f16_bits(rounded, magic, np.empty(flat.shape, np.uint32))
-    return bits.astype(np.uint16).view(np.float16).reshape(values.shape)
+    fast path (:func:`~ipu_stack.runtime.gemm_f16.to_f16_bits`) where every value is finite
+    and at most the f16 maximum."""
+    if dtype == np.float16 and values.size:
+        bits = to_f16_bits(values)
+        if bits is not None:
+            return bits.view(np.float16)
+    return values.astype(dtype)
 
 
 def _elements(offset: int, size: int) -> set[tuple[str, int]]:
