@@ -130,10 +130,13 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     np.maximum.at(ends, owner, act + (d.kind != _K["send"]))
 
     # -- sends: every item ---------------------------------------------------------------
-    s_mask = ((d.kind == _K["send"]) | (d.kind == _K["sendpicp"])) & ((d.sctl & 3) != 0)
-    s_tile, s_start, s_items = phys[s_mask], act[s_mask], d.items[s_mask]
-    s_addr, s_sctl, s_where = d.address[s_mask], d.sctl[s_mask], addr[s_mask]
-    s_owner = owner[s_mask]
+    # (index arrays: one scan of each mask instead of one per array taken)
+    s_at = np.flatnonzero(
+        ((d.kind == _K["send"]) | (d.kind == _K["sendpicp"])) & ((d.sctl & 3) != 0)
+    )
+    s_tile, s_start, s_items = phys[s_at], act[s_at], d.items[s_at]
+    s_addr, s_sctl, s_where = d.address[s_at], d.sctl[s_at], addr[s_at]
+    s_owner = owner[s_at]
     s_end = s_start + s_items
     if len(s_tile) > 1:
         busy = (s_owner[1:] == s_owner[:-1]) & (s_start[1:] < s_end[:-1])
@@ -159,12 +162,13 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
     # -- receive windows: the cycles from each source select to the next -----------------
     # source selects: delayxpic, and a sendpicp's XPIC half (selector bit 13, 13-bit value)
     is_pair = d.kind == _K["sendpicp"]
-    x_mask = (d.kind == _K["delayxpic"]) | is_pair
-    x_sel = np.where(is_pair, (d.xpic >> 13) & 1, d.sel)[x_mask]
-    x_tile, x_act, x_where = phys[x_mask], act[x_mask], addr[x_mask]
-    x_value = np.where(is_pair, d.xpic & 0x1FFF, d.value)[x_mask]
+    x_at = np.flatnonzero((d.kind == _K["delayxpic"]) | is_pair)
+    x_pair, x_xpic = is_pair[x_at], d.xpic[x_at]
+    x_sel = np.where(x_pair, (x_xpic >> 13) & 1, d.sel[x_at])
+    x_tile, x_act, x_where = phys[x_at], act[x_at], addr[x_at]
+    x_value = np.where(x_pair, x_xpic & 0x1FFF, d.value[x_at])
     x_paired = x_sel == 1
-    x_owner = owner[x_mask]
+    x_owner = owner[x_at]
     x_next = np.append(x_act[1:], 0)
     last = np.append(x_owner[1:] != x_owner[:-1], True)
     x_stop = np.where(last, horizon + _TAIL, x_next)
@@ -187,11 +191,11 @@ def simulate(rows: list[Row], words32: np.ndarray, logical_of: IntArray, where: 
             f"words are written into it until cycle {written[i]}"
         )
     w_len = np.maximum(np.where(x_live, x_stop - x_act, 0), 0)
-    win = w_len > 0
-    pic_mask = ((d.kind == _K["delaypic"]) | is_pair) & (d.sel == 0)
+    win = np.flatnonzero(w_len > 0)
+    p_at = np.flatnonzero(((d.kind == _K["delaypic"]) | is_pair) & (d.sel == 0))
     pics = _Pics(
-        phys[pic_mask], act[pic_mask] + 1, np.where(is_pair, d.pic, d.value)[pic_mask],
-        addr[pic_mask],
+        phys[p_at], act[p_at] + 1, np.where(is_pair[p_at], d.pic[p_at], d.value[p_at]),
+        addr[p_at],
     )  # fmt: skip
     windows = _Windows(
         x_tile[win], x_act[win], w_len[win], x_value[win], x_paired[win], x_where[win],
