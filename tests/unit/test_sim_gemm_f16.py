@@ -83,18 +83,28 @@ def test_signed_zeros_and_subnormal_operands():
         np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
 
 
-@pytest.mark.parametrize("special", [np.inf, np.nan, 3000.0])
-def test_outside_the_bound_nothing_is_written(special):
-    # an inf or NaN operand, or partials that may round to inf: the caller runs the definition
+@pytest.mark.parametrize("where", ["left", "right", "out"])
+@pytest.mark.parametrize("special", [np.inf, -np.inf, np.nan, 3000.0])
+def test_outside_the_bound_a_block_gets_the_definitions_bits(monkeypatch, special, where):
+    # an inf or NaN operand, or partials that may round to inf, in one GEMM: its block is
+    # computed by the definition, the other blocks by the fast path (blocks of 2 GEMMs here)
+    monkeypatch.setattr(gemm_f16, "BLOCK_ELEMENTS", 2 * 8 * 16)
     rng = np.random.default_rng(2)
-    lefts = rng.standard_normal((2, 8, 32)).astype(np.float16)
-    lefts[1, 3, 5] = special
-    rights = rng.standard_normal((2, 32, 16)).astype(np.float16)
-    outs = rng.standard_normal((2, 8, 16)).astype(np.float16)
-    mem, ops = _layout(lefts, rights, outs, True)
-    before = mem.copy()
-    assert not gemm_f16_in_memory(mem, ops)
-    np.testing.assert_array_equal(mem, before)
+    lefts = rng.standard_normal((5, 8, 32)).astype(np.float16)
+    rights = rng.standard_normal((5, 32, 16)).astype(np.float16)
+    outs = rng.standard_normal((5, 8, 16)).astype(np.float16)
+    {"left": lefts, "right": rights, "out": outs}[where][3, 3, 5] = special
+    calls = []
+    real = gemm_f16.definition
+    monkeypatch.setattr(gemm_f16, "definition", lambda *a: calls.append(len(a[0])) or real(*a))
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = semantics.gemm_f16(lefts, rights, outs, True)
+        mem, ops = _layout(lefts, rights, outs, True)
+        assert gemm_f16_in_memory(mem, ops)
+    got = _outputs(mem, ops, 5, 8, 16)
+    np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+    if where != "out" or special != 3000.0:  # an out of 3000 alone stays within the bound
+        assert calls == [2]  # only the block holding GEMM 3
 
 
 def test_conversions_are_exact_on_every_finite_f16():
