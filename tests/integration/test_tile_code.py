@@ -178,6 +178,18 @@ def test_a_corrupted_branch_faults_naming_tile_and_address(package_file):
         session.run({"x": np.zeros((64, 128), np.float16)})
 
 
+def test_a_branch_to_a_misaligned_address_faults_at_the_fetch(package_file):
+    package = Package.load(package_file)
+    words = np.frombuffer(package.data, "<u4").copy()
+    base = package.manifest["sections"]["images"]["offset"] // 4
+    seg = next(s for s in package.table("segments").tolist() if s[1] == 0x4C010)
+    words[base + seg[4] // 4] ^= 0x2  # the stub's setzi $m0, main: main two bytes on
+    session = Session().load(Package.from_bytes(_resealed(package, words.tobytes())))
+    session.initialize()
+    with pytest.raises(SimulationError, match=r"tile \d+ cycle \d+: instruction fetch at 0x"):
+        session.run({"x": np.zeros((64, 128), np.float16)})
+
+
 def _image_words(package: Package) -> tuple[np.ndarray, int]:
     return np.frombuffer(package.data, "<u4").copy(), package.manifest["sections"]["images"][
         "offset"

@@ -223,3 +223,27 @@ def test_a_planted_bug_in_the_fast_path_is_caught(phases, monkeypatch, bug):
         monkeypatch.setattr(exchange_sim, "_BASE_WORD", exchange_sim._BASE_WORD + 1)
     differences, _ = _compare(phases, 40, seed=11)
     assert differences
+
+
+def test_merged_send_pieces_change_nothing(phases, monkeypatch):
+    """Consecutive sends continuing one another are matched as one piece: the lowered phases
+    have such sends (transfers longer than a send's 64 items), and the memory and end cycles
+    are those of the matching send by send."""
+    merged = []
+    real = exchange_sim._merged
+
+    def spy(sends):
+        out = real(sends)
+        merged.append(len(out.tile) < len(sends.tile))
+        return out
+
+    words, logical = _memory(3)
+    monkeypatch.setattr(exchange_sim, "_merged", spy)
+    with_merge = [
+        _outcome(exchange_sim.simulate, _rows(r, logical), words, logical) for r in phases
+    ]
+    assert any(merged)
+    monkeypatch.setattr(exchange_sim, "_merged", lambda sends: sends)
+    per_send = [_outcome(exchange_sim.simulate, _rows(r, logical), words, logical) for r in phases]
+    for a, b in zip(with_merge, per_send, strict=True):
+        assert a[0] == "ok" and _same(a, b) is None

@@ -83,18 +83,28 @@ def test_signed_zeros_and_subnormal_operands():
         np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
 
 
-@pytest.mark.parametrize("special", [np.inf, np.nan, 3000.0])
-def test_outside_the_bound_nothing_is_written(special):
-    # an inf or NaN operand, or partials that may round to inf: the caller runs the definition
+@pytest.mark.parametrize("where", ["left", "right", "out"])
+@pytest.mark.parametrize("special", [np.inf, -np.inf, np.nan, 3000.0])
+def test_outside_the_bound_a_block_gets_the_definitions_bits(monkeypatch, special, where):
+    # an inf or NaN operand, or partials that may round to inf, in one GEMM: its block is
+    # computed by the definition, the other blocks by the fast path (blocks of 2 GEMMs here)
+    monkeypatch.setattr(gemm_f16, "BLOCK_ELEMENTS", 2 * 8 * 16)
     rng = np.random.default_rng(2)
-    lefts = rng.standard_normal((2, 8, 32)).astype(np.float16)
-    lefts[1, 3, 5] = special
-    rights = rng.standard_normal((2, 32, 16)).astype(np.float16)
-    outs = rng.standard_normal((2, 8, 16)).astype(np.float16)
-    mem, ops = _layout(lefts, rights, outs, True)
-    before = mem.copy()
-    assert not gemm_f16_in_memory(mem, ops)
-    np.testing.assert_array_equal(mem, before)
+    lefts = rng.standard_normal((5, 8, 32)).astype(np.float16)
+    rights = rng.standard_normal((5, 32, 16)).astype(np.float16)
+    outs = rng.standard_normal((5, 8, 16)).astype(np.float16)
+    {"left": lefts, "right": rights, "out": outs}[where][3, 3, 5] = special
+    calls = []
+    real = gemm_f16.definition
+    monkeypatch.setattr(gemm_f16, "definition", lambda *a: calls.append(len(a[0])) or real(*a))
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = semantics.gemm_f16(lefts, rights, outs, True)
+        mem, ops = _layout(lefts, rights, outs, True)
+        assert gemm_f16_in_memory(mem, ops)
+    got = _outputs(mem, ops, 5, 8, 16)
+    np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+    if where != "out" or special != 3000.0:  # an out of 3000 alone stays within the bound
+        assert calls == [2]  # only the block holding GEMM 3
 
 
 def test_conversions_are_exact_on_every_finite_f16():
@@ -149,3 +159,37 @@ def test_half_of_the_blocks_in_a_forked_child_give_the_same_bits(monkeypatch, ch
         assert gemm_f16_in_memory(mem, ops)
         got = _outputs(mem, ops, n, rows, c)
         np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_add_results_to_f16_are_numpys_cast(seed):
+    """The add calls' f32 -> f16 conversion (``sim._to_dtype``): NumPy's cast, bit for bit,
+    on halfway points, subnormals, signed zeros, tiny values, values near the f16 maximum
+    and (by NumPy itself) inf and NaN."""
+    from ipu_stack.runtime.sim import _to_dtype
+
+    rng = np.random.default_rng(seed)
+    halves = rng.integers(0, 0x7C00, 4000).astype(np.uint16).view(np.float16).astype(np.float32)
+    halfway = (halves.view(np.uint32) + np.uint32(1 << 12)).view(np.float32)  # ties and odd
+    values = np.concatenate([
+        rng.standard_normal(4000).astype(np.float32) * np.float32(10.0 ** rng.integers(-9, 5)),
+        halves, -halves, halfway, -halfway, np.nextafter(halfway, np.float32(0)),
+        np.array([0.0, -0.0, 1e-40, -1e-40, 2.0**-25, -(2.0**-25), 2.0**-24 * 1.5, 65504.0,
+                  -65504.0, 65519.0], np.float32),
+    ]).astype(np.float32)  # fmt: skip
+    rng.shuffle(values)
+    values = values[: len(values) // 4 * 4]
+    got = _to_dtype(values.reshape(4, -1), np.dtype(np.float16))
+    assert got.dtype == np.float16 and got.shape == (4, len(values) // 4)
+    assert np.array_equal(
+        got.reshape(-1).view(np.uint16), values.astype(np.float16).view(np.uint16)
+    )
+    for special in (np.inf, np.nan, 65520.0):  # NumPy's cast for these batches
+        with_special = np.append(values[:99], np.float32(special))
+        with np.errstate(over="ignore"):
+            assert np.array_equal(
+                _to_dtype(with_special, np.dtype(np.float16)).view(np.uint16),
+                with_special.astype(np.float16).view(np.uint16),
+            )
+    wide = _to_dtype(values, np.dtype(np.float32))
+    assert np.array_equal(wide, values)

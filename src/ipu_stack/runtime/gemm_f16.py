@@ -22,7 +22,9 @@ tile memory, and leaves the batch to the definition where its shortcuts do not h
 NumPy: the batch-4 SigLIP MLP's GEMMs (1.8 G panel-element updates) took 5.0 s, now ~3.3 s
 on one core. The shortcuts need finite operands whose partials stay below the f16 maximum
 (no rounding to infinity): the bound is the definition's own (``max |left| * max |right| *
-16`` per panel), with a margin for the rounding of the partials.
+16`` per panel), with a margin for the rounding of the partials, checked per block on the
+converted operands (a pass over every operand beforehand was ~2.5% of the batch-4 SigLIP
+MLP's simulation); a block outside it gets its outputs from the definition.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from functools import partial
 
 import numpy as np
 
+from ipu_stack.kernels.semantics import gemm_f16 as definition
 from ipu_stack.runtime.spare_core import Child, spare_core
 
 K_MICRO = 16
 F16_MAX = 65504.0
+F16_MAX_BITS = int(np.array(F16_MAX, np.float32).view(np.uint32))  # as f32 bits
 #: elements of the partials rounded per block: the block's partial, magic and scratch
 #: arrays stay in a core's L2 cache
 BLOCK_ELEMENTS = 1 << 16
@@ -73,21 +77,18 @@ def gemm_f16_in_memory(mem: np.ndarray, ops: GemmOperands) -> bool:
     ``left @ right`` (+ the output, if ``accumulate``) with f16 partials, bit for bit
     :func:`~ipu_stack.kernels.semantics.gemm_f16`.
 
+    A block of GEMMs whose operands break the shortcuts' conditions (an inf or NaN, partials
+    that could round to inf: :func:`_bounded`) gets its outputs from the definition itself.
+
     Returns:
-        False, with nothing written, where the fast path's conditions do not hold (then the
-        caller runs the definition).
+        False, with nothing written, where the fast path cannot run at all (f32 arithmetic
+        that flushes subnormals; then the caller runs the definition).
     """
     rows, k, c = ops.rows, ops.k, ops.c
     panels = -(-k // K_MICRO)
     if not ops.tiles or rows == 0 or c == 0 or panels == 0 or not _subnormals_kept():
         return not ops.tiles or rows == 0 or c == 0  # nothing to compute
     views = _Views(mem, ops)
-    bound = views.abs_max("left") * views.abs_max("right") * K_MICRO
-    start = views.abs_max("out") if ops.accumulate else 0.0
-    limit = start + panels * bound  # the definition's bound on every partial ...
-    # ... before the partials' own rounding (each at most 2**-11 relative, once per panel)
-    if not (np.isfinite(limit) and limit * (1.0 + 2.0**-10) ** (panels + 1) <= F16_MAX):
-        return False
     n = len(ops.tiles)
     batch = max(1, min(n, BLOCK_ELEMENTS // (rows * c)))
     blocks = [range(a, min(n, a + batch)) for a in range(0, n, batch)]
@@ -140,17 +141,9 @@ class _Views:
         size = 2 * shape[0] * shape[1]
         return self.mem[self.ops.tiles[i], at : at + size].view(np.uint16).reshape(shape)
 
-    def abs_max(self, name: str) -> float:
-        """``max |x|`` over the operand of every GEMM (inf if there is an inf or NaN)."""
-        shape = self.shapes[name]
-        magnitudes = np.empty(shape, np.uint16)
-        top = 0
-        for i in range(len(self.ops.tiles)):
-            np.bitwise_and(self.get(name, i), _MAGNITUDE, out=magnitudes)
-            top = max(top, int(magnitudes.max()))
-        if top >= 0x7C00:  # inf or NaN
-            return float("inf")
-        return float(np.uint16(top).view(np.float16))
+    def stacked(self, name: str, calls: range) -> np.ndarray:
+        """The operand of ``calls`` as one f16 array ``[calls, ...]``."""
+        return np.stack([self.get(name, i) for i in calls]).view(np.float16)
 
 
 class _Scratch:
@@ -196,24 +189,36 @@ def _block(views: _Views, calls: range, scratch: _Scratch, sink: np.ndarray | No
     ops = views.ops
     m, rows, k, c = len(calls), ops.rows, ops.k, ops.c
     buf = scratch.get(m)
+    init, flat, acc, other, magic = buf.init, buf.flat, buf.acc, buf.other, buf.magic
     for j, i in enumerate(calls):
         f16_to_f32(views.get("left", i), buf.left[j, :, :k])
         f16_to_f32(views.get("right", i), buf.right[j, :k, :])
-    np.matmul(buf.left_panels, buf.right_panels, out=buf.products)
-    init, flat, acc, other, magic = buf.init, buf.flat, buf.acc, buf.other, buf.magic
-    if ops.accumulate:
-        for j, i in enumerate(calls):
+        if ops.accumulate:
             f16_to_f32(views.get("out", i), init.reshape(m, rows, c)[j])
+    if not _bounded(buf, ops.accumulate, len(flat)):
+        out = definition(
+            views.stacked("left", calls), views.stacked("right", calls),
+            views.stacked("out", calls), ops.accumulate,
+        )  # fmt: skip
+        _put(views, calls, np.asarray(out, np.float16).view(np.uint16), sink)
+        return
+    np.matmul(buf.left_panels, buf.right_panels, out=buf.products)
+    # in place: a NumPy binary operation into a third array took about twice as long as one
+    # whose output is an input (measured on 55 K-element blocks)
     np.add(init, flat[0], out=acc)
     for p in range(1, len(flat)):
-        _round_magnitude(acc, other, magic)
-        np.add(other, flat[p], out=acc)
-    _round_magnitude(acc, other, magic)
-    bits = f32_to_f16_bits(other, magic, acc.view(np.uint32))
+        _round_magnitude(acc, acc, magic)
+        np.add(acc, flat[p], out=acc)
+    _round_magnitude(acc, acc, magic)
+    bits = f32_to_f16_bits(acc, magic, other.view(np.uint32))
     if int(bits.min()) == 0:  # rare: outputs at zero (always +0 here) replayed with signs
         zeros = np.flatnonzero(bits == 0)
         bits[zeros] = f32_to_f16_bits(*_replay(init[zeros], flat[:, zeros]))
-    bits = bits.reshape(m, rows, c)
+    _put(views, calls, bits.reshape(m, rows, c), sink)
+
+
+def _put(views: _Views, calls: range, bits: np.ndarray, sink: np.ndarray | None) -> None:
+    """Output bits ``[calls, rows, c]`` into tile memory or the ``sink``."""
     if sink is not None:
         sink[...] = bits
         return
@@ -221,9 +226,31 @@ def _block(views: _Views, calls: range, scratch: _Scratch, sink: np.ndarray | No
         views.get("out", i)[...] = bits[j]
 
 
+def _bounded(buf: _Buffers, accumulate: bool, panels: int) -> bool:
+    """Whether the shortcuts hold for a block: finite operands and the definition's bound on
+    every partial (``max |left| * max |right| * 16`` per panel, from ``max |out|`` when
+    accumulating), with a margin for the partials' own rounding (each at most 2**-11
+    relative, once per panel), at most the f16 maximum.
+
+    Taken on the block's converted operands (in cache); an inf or NaN converts to at least
+    ``2**16`` (:func:`f16_to_f32` is exact only for finite values), above the f16 maximum.
+    """
+    left, right = _abs_max(buf.left), _abs_max(buf.right)
+    start = _abs_max(buf.init) if accumulate else 0.0
+    if max(left, right, start) > F16_MAX:
+        return False
+    limit = start + panels * (left * right * K_MICRO)
+    return bool(limit * (1.0 + 2.0**-10) ** (panels + 1) <= F16_MAX)
+
+
+def _abs_max(values: np.ndarray) -> float:
+    return max(float(values.max()), -float(values.min())) if values.size else 0.0
+
+
 def _round_magnitude(partial: np.ndarray, out: np.ndarray, magic: np.ndarray) -> None:
     """``out`` = ``partial`` rounded to the nearest f16 value (ties to even), as f32, except
-    that a result of zero is +0 (``partial`` is left as is, ``magic`` is scratch).
+    that a result of zero is +0 (``partial`` is left as is unless it is ``out``, ``magic`` is
+    scratch).
 
     Needs ``|partial| < 2**16``. The sign of a zero partial matters only while the partial
     stays zero (``-0 + y == +0 + y`` for any ``y != 0``, and a nonzero partial rounds the same
@@ -288,6 +315,30 @@ def f32_to_f16_bits(values: np.ndarray, scratch: np.ndarray, high: np.ndarray) -
     np.bitwise_and(bits, np.uint32(0x7FFF), out=bits)
     np.bitwise_or(high, bits, out=high)
     return high
+
+
+def to_f16_bits(values: np.ndarray) -> np.ndarray | None:
+    """The f16 bits (``uint16``, the shape of ``values``) of f32 ``values`` rounded to
+    nearest even, as NumPy's cast gives them; None if a value is not finite or above the f16
+    maximum (where the cast is left to NumPy).
+
+    Block by block (the rounding's passes on cache-resident blocks: on a whole multi-MiB
+    array they took longer than NumPy's cast).
+    """
+    flat = np.ascontiguousarray(values).reshape(-1)
+    out = np.empty(flat.shape, np.uint16)
+    n = min(len(flat), BLOCK_ELEMENTS)
+    rounded, magic = np.empty(n, np.float32), np.empty(n, np.float32)
+    high = np.empty(n, np.uint32)
+    for lo in range(0, len(flat), BLOCK_ELEMENTS):
+        block = flat[lo : lo + BLOCK_ELEMENTS]
+        m = len(block)
+        np.bitwise_and(block.view(np.uint32), np.uint32(0x7FFFFFFF), out=high[:m])
+        if int(high[:m].max()) > F16_MAX_BITS:
+            return None
+        _round(block, rounded[:m], magic[:m])
+        out[lo : lo + m] = f32_to_f16_bits(rounded[:m], magic[:m], high[:m])
+    return out.reshape(values.shape)
 
 
 def _subnormals_kept() -> bool:

@@ -26,17 +26,19 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import PackageError, SimulationError
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.low.costs import call_cycles
 from ipu_stack.low.program import KernelCall
 from ipu_stack.package.format import Package
 from ipu_stack.package.validate_program import check_call
 from ipu_stack.runtime.exchange_sim import Row, simulate
 from ipu_stack.runtime.sim import MEMORY_BYTES, RunResult, SimDevice, StepObserver
-from ipu_stack.runtime.tile_memory import small_pages, tile_memories
+from ipu_stack.runtime.tile_memory import heap_kept, small_pages, tile_memories
 from ipu_stack.target import ipu21
 from ipu_stack.tilecode.decode import Decoded, decode
 
 BASE = ipu21.TILE_MEMORY_BASE
+_EXECUTABLE_LIMIT = ipu21.EXECUTABLE_LIMIT
 ROW_LIMIT_WORDS = MEMORY_BYTES // 4
 #: a runaway program (a corrupted branch) faults instead of hanging: at most this many
 #: instructions per code word of the package (loops run their bodies many times) ...
@@ -86,6 +88,8 @@ class _Tile:
 
 
 @small_pages()
+@heap_kept()
+@collector_paused()  # the package's millions of objects: no collections walking them
 def run_images(
     device: SimDevice, package: Package, executable: Any, feeds: Mapping[str, np.ndarray],
     resolver: Any, make_call: Any, observer: StepObserver | None = None,
@@ -206,7 +210,8 @@ def run_images(
         t.ordinal += 1
 
     def run_tile(t: _Tile) -> None:
-        regs = t.regs
+        regs, logical = t.regs, t.logical
+        code = words32[logical]
         while True:
             budget[0] -= 1
             if budget[0] < 0:
@@ -214,10 +219,16 @@ def run_images(
                     f"tile {t.physical}: more than {limit} instructions executed "
                     f"(pc {t.pc:#x}): the program does not terminate"
                 )
-            ins = fetch(t)
-            m, f, pc = ins.mnemonic, ins.fields, t.pc
+            pc = t.pc
+            if pc & 3 or not BASE <= pc < _EXECUTABLE_LIMIT:
+                fetch(t)  # raises: misaligned or outside executable memory
+            word = int(code[(pc - BASE) >> 2])
+            ins = cache.get(word)
+            if ins is None:
+                ins = cache[word] = decode(word)
+            m, f = ins.mnemonic, ins.fields
             regs[15] = 0
-            clock[t.logical] += 1
+            clock[logical] += 1
             reads = _READS.get(m)
             if reads is not None:
                 for name in reads:

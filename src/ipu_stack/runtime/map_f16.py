@@ -16,11 +16,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ipu_stack.low.program import MapCall
-from ipu_stack.runtime.gemm_f16 import _round, f16_to_f32, f32_to_f16_bits, finite_f16
+from ipu_stack.runtime.gemm_f16 import f16_to_f32, finite_f16, to_f16_bits
 from ipu_stack.runtime.map_tables import f16_rows
 
 KINDS = {"add": np.add, "mul": np.multiply}
-_F16_MAX_BITS = int(np.array(65504.0, np.float32).view(np.uint32))
 
 #: (tile, what the access is, ref, bytes, alignment) -> offset into the tile's memory array
 Span = Callable[[int, str, object, int, int], int]
@@ -56,13 +55,10 @@ def run_binary_f16(mem: np.ndarray, group: list[MapCall], span: Span) -> bool:
         f16_to_f32(bits.view(np.float16), wide)
         widened.append(wide)
     result = KINDS[t0.kind](widened[0], widened[1])
-    result = np.broadcast_to(result, (len(group), out.rows, out.cols)).reshape(-1)
-    if result.size and int((result.view(np.uint32) & np.uint32(0x7FFFFFFF)).max()) > _F16_MAX_BITS:
+    result = np.broadcast_to(result, (len(group), out.rows, out.cols))
+    bits16 = to_f16_bits(result)
+    if bits16 is None:
         return False  # a result rounds to inf: NumPy's conversion
-    rounded, magic = np.empty_like(result), np.empty_like(result)
-    _round(result, rounded, magic)
-    bits16 = f32_to_f16_bits(rounded, magic, np.empty(result.shape, np.uint32))
-    bits16 = bits16.reshape(len(group), out.rows, out.cols)
     for j, call in enumerate(group):
         o = call.out
         at = span(call.tile, f"{call.kind} output", o.ref, o.rows * o.stride, 8)

@@ -33,6 +33,7 @@ from scipy.special import erf  # at import: ~0.25 s, formerly inside the first r
 from ipu_stack.errors import SimulationError
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.verify import verify_schedule
+from ipu_stack.gc_pause import collector_paused
 from ipu_stack.kernels.registry import KernelSpec, gemm_kernel
 from ipu_stack.kernels.semantics import decode_f143, encode_f143, gemm_f16
 from ipu_stack.low.costs import call_cycles
@@ -55,12 +56,18 @@ from ipu_stack.low.program import (
 from ipu_stack.place.assign import Placement
 from ipu_stack.runtime import indexing_semantics
 from ipu_stack.runtime.elementwise_sim import elementwise_semantics, gelu_tanh
-from ipu_stack.runtime.gemm_f16 import GemmOperands, f16_to_f32, finite_f16, gemm_f16_in_memory
+from ipu_stack.runtime.gemm_f16 import (
+    GemmOperands,
+    f16_to_f32,
+    finite_f16,
+    gemm_f16_in_memory,
+    to_f16_bits,
+)
 from ipu_stack.runtime.host_integers import host_int32
 from ipu_stack.runtime.host_threads import one_blas_thread
 from ipu_stack.runtime.map_f16 import binary_f16, run_binary_f16
 from ipu_stack.runtime.map_tables import Tables, by_table, f16_rows
-from ipu_stack.runtime.tile_memory import small_pages, tile_memories
+from ipu_stack.runtime.tile_memory import heap_kept, small_pages, tile_memories
 from ipu_stack.target import ipu21
 
 MEMORY_BYTES = ipu21.TILE_MEMORY_END - ipu21.TILE_MEMORY_BASE
@@ -247,6 +254,8 @@ class SimDevice:
 
     # -- execution ----------------------------------------------------------------------------
     @small_pages()
+    @heap_kept()
+    @collector_paused()
     def run(
         self,
         program: LowProgram,
@@ -485,7 +494,7 @@ class SimDevice:
                 total, wide = wide, total
             else:
                 total += wide
-        result = total.astype(dtype).view(np.uint8)
+        result = _to_dtype(total, dtype).view(np.uint8)
         for i, (t, out, _) in enumerate(spans):
             mem[t, out : out + n] = result[i]
 
@@ -676,6 +685,17 @@ class SimDevice:
         for (_, _, n, dsts), words in zip(moves, data, strict=True):
             for tile, dst in dsts:
                 mem[tile, dst : dst + n] = words
+
+
+def _to_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``values.astype(dtype)`` for f32 ``values``; to f16 by the exact rounding of the GEMM
+    fast path (:func:`~ipu_stack.runtime.gemm_f16.to_f16_bits`) where every value is finite
+    and at most the f16 maximum."""
+    if dtype == np.float16 and values.size:
+        bits = to_f16_bits(values)
+        if bits is not None:
+            return bits.view(np.float16)
+    return values.astype(dtype)
 
 
 def _elements(offset: int, size: int) -> set[tuple[str, int]]:
