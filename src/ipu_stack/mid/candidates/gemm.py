@@ -13,6 +13,8 @@ from ipu_stack.target.ipu21 import EXCHANGE_FRAGMENT_CYCLES, EXCHANGE_ROW_WORDS_
 
 PLANS_PER_GEMM = 6
 LEAN_PLANS = 2
+#: plans along the cycles/memory frontier offered to a loop body's GEMMs
+FRONTIER_PLANS = 8
 
 
 def _formats(plan: GemmPlan, problem: GemmProblem) -> tuple[TensorFormat, ...]:
@@ -98,6 +100,11 @@ def gemm_candidates(
     ]
     plans = ranked[:PLANS_PER_GEMM] + [p for p in lean if p not in ranked[:PLANS_PER_GEMM]]
     plans += [p for p in aligned if p not in plans]
+    if problem.in_loop:
+        # the frontier from the cheapest plan to the leanest over every feasible plan (the
+        # 256 cheapest can all be too large beside every layer's weights)
+        frontier = enumerate_plans(problem, tiles, FRONTIER_PLANS, capacity_scale, lean=True)
+        plans += [p for p in frontier if p not in plans]
     out = []
     for plan in plans:
         penalty = 0
