@@ -5,8 +5,9 @@ import pytest
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph import ComputeGraph, evaluate_reference
-from ipu_stack.low.program import RepeatStep
+from ipu_stack.low.program import ComputeStep, Ref, RepeatStep
 from ipu_stack.package.build import BuildConfig, build
+from ipu_stack.place import assign
 from ipu_stack.runtime.sim import SimDevice
 
 T, H, INNER = 64, 48, 96
@@ -116,3 +117,32 @@ def test_loop_exchange_rows_do_not_grow_with_depth():
         assert built.images is not None
         sizes.append(max(image.row_bytes for image in built.images.tiles))
     assert sizes[0] == sizes[1] > 0
+
+
+def test_body_buffers_written_then_read_in_one_step_live_from_that_step():
+    # a step that writes a buffer and then reads it (a GEMM's output summed by the next call,
+    # a kernel's output copied on) holds nothing of the last iteration in it: the buffer lives
+    # from that step, not for the whole body (the So400m tower at batch 2 needs those bytes)
+    g, _ = repeated(3)
+    program = build(g, BuildConfig(tiles=64)).program
+    loop = next(i for i, s in enumerate(program.steps) if isinstance(s, RepeatStep))
+    body = range(loop + 1, loop + 1 + program.steps[loop].length)
+    spans = assign.buffer_lifetimes(program)
+    seen: set[tuple[int, str]] = set()
+    both: list[tuple[tuple[int, str], int]] = []
+    for i in body:
+        step = program.steps[i]
+        if not isinstance(step, ComputeStep):
+            continue
+        written = {k for k, read in assign._compute_touches(step).items() if not read}
+        read_too = set()
+        for call in step.calls:
+            for name in ("left", "right", "src"):
+                ref = getattr(call, name, None)
+                if isinstance(ref, Ref):
+                    read_too.add((call.tile, ref.buffer))
+        both += [(k, i) for k in written & read_too if k not in seen]
+        seen.update(assign._compute_touches(step))
+    assert both
+    for key, first in both:
+        assert spans[key][0] == first > loop + 1

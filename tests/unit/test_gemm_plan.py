@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from ipu_stack.errors import PlanError
@@ -7,7 +9,7 @@ from ipu_stack.mid.gemm_plan import (
     GemmProblem,
     enumerate_plans,
 )
-from ipu_stack.target.ipu21 import F16, F32
+from ipu_stack.target.ipu21 import F8, F16, F32
 
 
 def problem(m, k, n, batch=1, precision=F16, left="host_input", right="parameter"):
@@ -56,3 +58,47 @@ def test_no_fit_names_the_shortfall():
 def test_parameters_cost_no_exchange_when_resident():
     best = enumerate_plans(problem(64, 64, 64, left="parameter", right="parameter"), 1472)[0]
     assert best.operand_exchange_cycles == 0
+
+
+def test_lean_plans_run_along_the_cycles_memory_frontier():
+    # the So400m MLP down-projection's shape at batch 2, in a loop body, scaled down
+    p = dataclasses.replace(problem(364, 1076, 288, left="operation"), precision=F8, in_loop=True)
+    every = enumerate_plans(p, 368, 1 << 20)
+    lean = enumerate_plans(p, 368, 8, lean=True)
+    assert 2 <= len(lean) <= 8
+    memory = [q.peak_bytes + q.resident_bytes for q in lean]
+    cycles = [q.estimated_cycles for q in lean]
+    assert cycles == sorted(cycles) and memory == sorted(memory, reverse=True)
+    assert len(set(memory)) == len(memory)  # each leaner than the one before
+    # from the cheapest plan to the leanest of all
+    assert cycles[0] == every[0].estimated_cycles
+    assert memory[-1] == min(q.peak_bytes + q.resident_bytes for q in every)
+    # nothing cheaper is as lean as any of them
+    for q, mem in zip(lean, memory, strict=True):
+        assert not any(
+            r.estimated_cycles < q.estimated_cycles and r.peak_bytes + r.resident_bytes <= mem
+            for r in every
+        )
+    # and leaner than the cheapest plans a GEMM is otherwise offered
+    assert memory[-1] < min(q.peak_bytes + q.resident_bytes for q in every[:256])
+
+
+def test_loop_body_gemms_are_offered_the_frontier():
+    from ipu_stack.graph.compute_graph import ComputeGraph
+    from ipu_stack.mid.candidates.gemm import gemm_candidates
+
+    g = ComputeGraph()
+    x = g.host_input("x", (364, 1076), "f16")
+    w = g.parameter("w", (1076, 288), "f16")
+    y = g.gemm(x, w, name="down")
+    g.set_outputs(y)
+    op = next(o for o in g.operations if o.name == "down")
+    base = problem(364, 1076, 288)
+    leanest = enumerate_plans(dataclasses.replace(base, in_loop=True), 368, 8, lean=True)[-1]
+    looped = dataclasses.replace(base, in_loop=True)
+    outside = gemm_candidates(g, op, base, 368, 0.95)
+    first = gemm_candidates(g, op, looped, 368)  # full capacity: the usual candidates
+    retry = gemm_candidates(g, op, looped, 368, 0.95)
+    assert leanest not in [c.choice for c in outside + first]
+    lean_retry = enumerate_plans(looped, 368, 8, 0.95, lean=True)[-1]
+    assert lean_retry in [c.choice for c in retry]

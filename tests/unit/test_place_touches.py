@@ -8,9 +8,18 @@ import pytest
 
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.low.lower import lower_program
-from ipu_stack.low.program import AddCall, ComputeStep, ExchangeStep, GemmCall, Ref, View
+from ipu_stack.low.program import (
+    AddCall,
+    ComputeStep,
+    CopyCall,
+    ExchangeStep,
+    GemmCall,
+    Ref,
+    View,
+)
 from ipu_stack.mid.lower_mid import lower_mid
 from ipu_stack.place import assign
+from ipu_stack.target.ipu21 import precision
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +36,12 @@ def program():
 
 def _reference_touches(step: ComputeStep) -> dict[tuple[int, str], bool]:
     """Every ref in a call's fields, found by walking them; ``out``/``dst`` are written only
-    (read too when the call accumulates), everything else is read."""
+    (read too when the call accumulates), everything else is read. Each key records whether
+    the first call that touches it reads it (a call reads before it writes)."""
     touched: dict[tuple[int, str], bool] = {}
     for call in step.calls:
         accumulates = isinstance(call, AddCall) or (isinstance(call, GemmCall) and call.accumulate)
+        this_call: dict[tuple[int, str], bool] = {}
         for f in dataclasses.fields(call):
             value = getattr(call, f.name)
             items = value if isinstance(value, tuple) and not isinstance(value, Ref) else (value,)
@@ -40,7 +51,9 @@ def _reference_touches(step: ComputeStep) -> dict[tuple[int, str], bool]:
                     continue
                 key = (call.tile, ref.buffer)
                 read = f.name not in ("out", "dst") or accumulates
-                touched[key] = touched.get(key, False) or read
+                this_call[key] = this_call.get(key, False) or read
+        for key, read in this_call.items():
+            touched.setdefault(key, read)
     return touched
 
 
@@ -63,6 +76,23 @@ def test_a_wrong_touch_function_is_caught(program, monkeypatch):
     monkeypatch.setitem(assign._TOUCH, GemmCall, wrong)
     steps = [s for s in program.steps if isinstance(s, ComputeStep)]
     assert any(assign._compute_touches(s) != _reference_touches(s) for s in steps)
+
+
+def test_a_buffer_written_then_read_in_one_step_is_written_first():
+    # a gemm writes ``o``, then a copy in the same step reads it: ``o`` is written first (in
+    # a loop body it then lives from that step, not for the whole body); ``a`` is read first
+    # although the step's last call overwrites it
+    a, b, o, d = (Ref(n, 0) for n in ("a", "b", "o", "d"))
+    step = ComputeStep(
+        [
+            GemmCall(0, o, a, b, 4, 16, 16, precision("f16"), False, "interleaved"),
+            CopyCall(0, d, o, 64),
+            CopyCall(0, a, d, 64),
+        ]
+    )
+    touched = assign._compute_touches(step)
+    assert touched == _reference_touches(step)
+    assert touched == {(0, "o"): False, (0, "a"): True, (0, "b"): True, (0, "d"): False}
 
 
 def test_physical_phase_addresses_match_the_allocations(program):

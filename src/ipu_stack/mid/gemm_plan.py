@@ -185,6 +185,21 @@ def _packs(
     return ok
 
 
+def _frontier(order: np.ndarray, peak: np.ndarray, limit: int) -> np.ndarray:
+    """Of candidates ``order`` (cheapest first), those no cheaper one matches in ``peak``
+    bytes (the cycles/memory Pareto frontier), thinned to ``limit``: for bytes evenly spaced
+    from the cheapest plan's to the leanest plan's, the cheapest plan within each."""
+    peaks = peak[order]
+    before = np.concatenate(([np.iinfo(np.int64).max], np.minimum.accumulate(peaks)[:-1]))
+    front = order[peaks < before]
+    if front.size <= limit:
+        return front
+    descending = peak[front]  # strictly decreasing along the frontier
+    targets = np.linspace(descending[0], descending[-1], limit)
+    picks = np.searchsorted(-descending, -targets, side="left")
+    return front[np.unique(np.minimum(picks, front.size - 1))]
+
+
 def _expand(cands: dict[str, np.ndarray], name: str, choices: np.ndarray) -> dict[str, np.ndarray]:
     """Cartesian product of the candidate table with one more column."""
     n, m = next(iter(cands.values())).size, choices.size
@@ -203,26 +218,38 @@ MODE_CODES = {"resident": 0, "distributed": 1, "moved": 2}
 MODE_NAMES = {v: k for k, v in MODE_CODES.items()}
 
 
-#: Plans already ranked, by (problem, tiles, capacity scale): (limit asked, plans). A graph
-#: asks again for the same problem (Q/K/V, every loop body planned with its enclosing graph),
-#: and a shorter list is a prefix of a longer one (one total order).
-_RANKED: dict[tuple[GemmProblem, int, float], tuple[int, list[GemmPlan]]] = {}
+#: Plans already ranked, by (problem, tiles, capacity scale, lean): (limit asked, plans). A
+#: graph asks again for the same problem (Q/K/V, every loop body planned with its enclosing
+#: graph), and a shorter list is a prefix of a longer one (one total order).
+_RANKED: dict[tuple[GemmProblem, int, float, bool], tuple[int, list[GemmPlan]]] = {}
 _RANKED_KEPT = 256
 
 
 def enumerate_plans(
-    problem: GemmProblem, tiles: int, limit: int = 16, capacity_scale: float = 1.0
+    problem: GemmProblem,
+    tiles: int,
+    limit: int = 16,
+    capacity_scale: float = 1.0,
+    lean: bool = False,
 ) -> list[GemmPlan]:
     """The cheapest feasible plans for ``problem`` on at most ``tiles`` tiles, best first.
+
+    ``lean``: instead, the plans that trade cycles for memory: the Pareto frontier of
+    (estimated cycles, peak bytes per tile plus host-written bytes per tile) over every
+    feasible plan, from the cheapest to the leanest, thinned to ``limit`` plans spread over
+    it (cheapest first); host-written blocks count twice as they are stored once per
+    iteration of a loop body, whose GEMMs these plans are for. A loop
+    body's GEMMs are stored once per iteration and run beside every layer's weights; the
+    cheapest plans of a large one can leave no room for them (the So400m tower at batch 2).
 
     Raises:
         PlanError: if no plan fits in tile memory, naming the smallest shortfall.
     """
-    key = (problem, tiles, capacity_scale)
+    key = (problem, tiles, capacity_scale, lean)
     hit = _RANKED.get(key)
     if hit is not None and (hit[0] >= limit or len(hit[1]) < hit[0]):
         return hit[1][:limit]
-    plans = _rank_plans(problem, tiles, limit, capacity_scale)
+    plans = _rank_plans(problem, tiles, limit, capacity_scale, lean)
     _RANKED[key] = (limit, plans)
     while len(_RANKED) > _RANKED_KEPT:
         del _RANKED[next(iter(_RANKED))]
@@ -230,7 +257,7 @@ def enumerate_plans(
 
 
 def _rank_plans(
-    problem: GemmProblem, tiles: int, limit: int, capacity_scale: float
+    problem: GemmProblem, tiles: int, limit: int, capacity_scale: float, lean: bool = False
 ) -> list[GemmPlan]:
     p = problem
     eb = p.precision.element_bytes
@@ -379,6 +406,9 @@ def _rank_plans(
     idx = np.flatnonzero(fits)
     # Cheapest first; ties go to fewer tiles, then to the smaller memory footprint.
     order = idx[np.lexsort((peak[idx], used[idx], total[idx]))]
+    if lean:
+        # a loop body's host-written blocks are stored once per iteration: counted twice
+        order = _frontier(order, peak + host_bytes, limit)
     plans = []
     for i in order[:limit]:
         plans.append(

@@ -138,34 +138,53 @@ def _fields_of(kind: type) -> tuple[tuple[str, bool], ...]:
 
 
 _Touched = dict[tuple[int, str], bool]
+# A step's touches: each key once, with whether the first call that touches it reads it (a
+# call reads its operands before it writes its output). A buffer a call writes and a later
+# call of the same step reads is written first: in a loop body it holds nothing from the
+# previous iteration (see ``_repeat_spans``).
 
 
 def _touch_gemm(call: GemmCall, touched: _Touched) -> None:
     tile = call.tile
     key = (tile, call.out[0])
-    touched[key] = touched.get(key, False) or call.accumulate
-    touched[(tile, call.left[0])] = True
-    touched[(tile, call.right[0])] = True
+    if key not in touched:
+        touched[key] = call.accumulate
+    touched.setdefault((tile, call.left[0]), True)
+    touched.setdefault((tile, call.right[0]), True)
 
 
 def _touch_map(call: MapCall, touched: _Touched) -> None:
     tile = call.tile
     out = call.out
-    touched.setdefault((tile, (out.ref if isinstance(out, View) else out)[0]), False)
+    key = (tile, (out.ref if isinstance(out, View) else out)[0])
+    new = key not in touched
+    if new:
+        touched[key] = False
     for v in call.inputs:
-        touched[(tile, (v.ref if isinstance(v, View) else v)[0])] = True
+        read = (tile, (v.ref if isinstance(v, View) else v)[0])
+        if new and read == key:
+            touched[key] = True  # in place: read before it is written
+        else:
+            touched.setdefault(read, True)
 
 
 def _touch_add(call: AddCall, touched: _Touched) -> None:
     tile = call.tile
-    touched[(tile, call.out[0])] = True  # accumulates: read as well as written
+    touched.setdefault((tile, call.out[0]), True)  # accumulates: read as well as written
     for r in call.inputs:
-        touched[(tile, (r.ref if isinstance(r, View) else r)[0])] = True
+        touched.setdefault((tile, (r.ref if isinstance(r, View) else r)[0]), True)
 
 
 def _touch_copy(call: CopyCall, touched: _Touched) -> None:
-    touched.setdefault((call.tile, call.dst[0]), False)
-    touched[(call.tile, call.src[0])] = True
+    key = (call.tile, call.dst[0])
+    new = key not in touched
+    if new:
+        touched[key] = False
+    src = (call.tile, call.src[0])
+    if new and src == key:
+        touched[key] = True
+    else:
+        touched.setdefault(src, True)
 
 
 def _touch_fill(call: FillCall, touched: _Touched) -> None:
@@ -176,6 +195,7 @@ def _touch_any(call: object, touched: _Touched) -> None:
     """Any call class: its operand fields by name (the generic form of the above)."""
     tile = call.tile  # type: ignore[attr-defined]
     reads_out: bool | None = None
+    written_here: set[tuple[int, str]] = set()
     for field_name, written in _fields_of(type(call)):
         ref = getattr(call, field_name, None)
         if isinstance(ref, View):
@@ -185,11 +205,19 @@ def _touch_any(call: object, touched: _Touched) -> None:
             if written:
                 if reads_out is None:
                     reads_out = _reads_out(call)
-                touched[key] = touched.get(key, False) or reads_out
-            else:
+                if key not in touched:
+                    touched[key] = reads_out
+                    written_here.add(key)
+            elif key in written_here:
                 touched[key] = True
+            else:
+                touched.setdefault(key, True)
     for ref in getattr(call, "inputs", ()):
-        touched[(tile, (ref.ref if isinstance(ref, View) else ref).buffer)] = True
+        key = (tile, (ref.ref if isinstance(ref, View) else ref).buffer)
+        if key in written_here:
+            touched[key] = True
+        else:
+            touched.setdefault(key, True)
 
 
 #: The touch function of each kernel call class (operands whose fields hold plain refs).
@@ -203,7 +231,8 @@ _TOUCH: dict[type, Callable[[Any, _Touched], None]] = {
 
 
 def _compute_touches(step: ComputeStep) -> dict[tuple[int, str], bool]:
-    """The ``(tile, buffer)`` keys a compute step touches, each with whether it reads it."""
+    """The ``(tile, buffer)`` keys a compute step touches, each with whether the first call
+    that touches it reads it."""
     touched: _Touched = {}
     get = _TOUCH.get
     for call in step.calls:

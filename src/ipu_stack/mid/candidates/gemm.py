@@ -13,6 +13,8 @@ from ipu_stack.target.ipu21 import EXCHANGE_FRAGMENT_CYCLES, EXCHANGE_ROW_WORDS_
 
 PLANS_PER_GEMM = 6
 LEAN_PLANS = 2
+#: plans along the cycles/memory frontier offered to a loop body's GEMMs
+FRONTIER_PLANS = 8
 
 
 def _formats(plan: GemmPlan, problem: GemmProblem) -> tuple[TensorFormat, ...]:
@@ -98,6 +100,13 @@ def gemm_candidates(
     ]
     plans = ranked[:PLANS_PER_GEMM] + [p for p in lean if p not in ranked[:PLANS_PER_GEMM]]
     plans += [p for p in aligned if p not in plans]
+    if problem.in_loop and capacity_scale < 1.0:
+        # on a capacity retry (a plan at full capacity could not be placed), the frontier
+        # from the cheapest plan to the leanest over every feasible plan (the 256 cheapest
+        # can all be too large beside every layer's weights). Not at full capacity: there it
+        # changed the So400m tower's batch-1 plan for 0.8% more scheduled cycles.
+        frontier = enumerate_plans(problem, tiles, FRONTIER_PLANS, capacity_scale, lean=True)
+        plans += [p for p in frontier if p not in plans]
     out = []
     for plan in plans:
         penalty = 0
