@@ -21,11 +21,9 @@ from ipu_stack.target.op_cycles import (
 def copy_call_cycles(call: CopyCall | FillCall) -> int:
     """Local copy or zero fill: 8 bytes per cycle plus the per-call cost (facts §12.1); a copy
     of several runs also pays ``LOCAL_COPY_ROW_CYCLES`` per run after the first [I]."""
-    if isinstance(call, CopyCall) and call.rows > 1:
-        moved = call.rows * call.size
-        runs = (call.rows - 1) * ipu21.LOCAL_COPY_ROW_CYCLES
-        return -(-moved // ipu21.LOCAL_COPY_BYTES_PER_CYCLE) + ipu21.LOCAL_COPY_CALL_CYCLES + runs
-    return -(-call.size // ipu21.LOCAL_COPY_BYTES_PER_CYCLE) + ipu21.LOCAL_COPY_CALL_CYCLES
+    rows = call.rows if isinstance(call, CopyCall) else 1
+    moved = -(-rows * call.size // ipu21.LOCAL_COPY_BYTES_PER_CYCLE)
+    return moved + ipu21.LOCAL_COPY_CALL_CYCLES + (rows - 1) * ipu21.LOCAL_COPY_ROW_CYCLES
 
 
 def add_call_cycles(call: AddCall) -> int:

@@ -187,14 +187,16 @@ def lower_gemm(
     steps_max = 0
 
     lmap_of, rmap_of = lmap.tolist(), rmap.tolist()
-    reuse_key = None
+    reuse_key: tuple | None = None
     if delivered is not None and plan.left_mode == "moved" and plan.k_step >= plan.k_block:
         reuse_key = (
             left_v.id, left_shape, tuple(out_batch), op.transpose_left, precision.name,
             pb, plan.batch_block, pr, plan.row_block, pc, pk, plan.k_block, tile_offset,
-            tile_count, m, k,
+            tile_count,
         )  # fmt: skip
-    reused = delivered.get(reuse_key) if delivered is not None and reuse_key else None
+        reused = delivered.get(reuse_key)
+    else:
+        reused = None
     for bi in range(pb):
         b0, b1 = bi * plan.batch_block, min(batch, (bi + 1) * plan.batch_block)
         # operand batch slots of this batch part, and each output batch entry's slots
