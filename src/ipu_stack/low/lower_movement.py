@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ipu_stack.graph.compute_graph import Operation, Value
+from ipu_stack.low.alias_views import MAX_ALIAS_SPREAD, alias_shards, renamed_again
 from ipu_stack.low.gather import ShardIndex, host_fill
 from ipu_stack.low.gather_arrays import RequestArrays, gather_arrays
 from ipu_stack.low.lower_ops import OpLowering, _stride, flat_shape, row_partition
@@ -182,6 +183,26 @@ def _swap_local(
     return out
 
 
+def _renamed_rows(
+    ctx: OpLowering, src: Value, perm: tuple[int, ...], spread: int | None
+) -> list[Shard] | None:
+    """``transpose(src, perm)`` (``perm`` keeping the last axis) as new coordinates on the
+    bytes of ``src``'s shards, or ``None`` (see :mod:`ipu_stack.low.alias_views`)."""
+    if src.kind in ("parameter", "host_input"):
+        return None
+    shards = ctx.shards_of(src)
+    if shards is None:
+        return None
+    lead = src.shape[:-1]
+    out_lead = tuple(lead[p] for p in perm[:-1])
+    # the view row of every source row: unravel in the source order, ravel in the new one
+    idx = np.unravel_index(np.arange(int(np.prod(lead, dtype=np.int64))), lead)
+    view_row = np.ravel_multi_index(tuple(idx[p] for p in perm[:-1]), out_lead)
+    eb = lookup_precision(src.dtype).element_bytes
+    c = src.shape[-1]
+    return alias_shards(shards, eb, c, c, np.asarray(view_row, dtype=np.int64), spread)
+
+
 def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
     """Any permutation of any value (host input, parameter or produced on chip)."""
     g = ctx.graph
@@ -190,6 +211,11 @@ def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
     rank = len(perm)
     moves = _Moves()
     if perm[-1] == rank - 1:
+        spread = None if renamed_again(g, out) else MAX_ALIAS_SPREAD
+        aliased = _renamed_rows(ctx, src, perm, spread)
+        if aliased is not None:  # the same bytes under the output's coordinates
+            ctx.costs[op.name] = ([], [], [])
+            return aliased
         shards = _row_move(ctx, op, src, src.shape, perm, out.dtype, "out", moves)
         ctx.costs[op.name] = (moves.calls, moves.transfers, [])
         return shards
@@ -201,10 +227,14 @@ def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
     batch = src.size // (x * y)
     unit = max(1, 4 // lookup_precision(out.dtype).element_bytes)
     own = ctx.shards_of(src) if first is None and src.kind != "parameter" else None
+    parts = batch_aligned_partition(batch, x, ctx.row_tiles.get(op.name, ctx.tiles), unit)
+    if first is not None:  # the regroup as a renaming of src's bytes, unless that makes
+        own = _renamed_rows(ctx, src, first, MAX_ALIAS_SPREAD)  # finer pieces than a move
+        if own is not None and len(own) > len(parts):
+            own = None
     if own is not None and _aligned(own, x, unit):
         current = _swap_local(ctx, op, own, x, y, out.dtype, moves)
     else:
-        parts = batch_aligned_partition(batch, x, ctx.row_tiles.get(op.name, ctx.tiles), unit)
         regroup = first or tuple(range(rank))
         t1 = _row_move(ctx, op, src, src.shape, regroup, out.dtype, "regroup", moves, parts)
         current = _swap_local(ctx, op, t1, x, y, out.dtype, moves)

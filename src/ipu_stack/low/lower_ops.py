@@ -20,6 +20,7 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation, Value
 from ipu_stack.graph.elementwise import KINDS as ELEMENTWISE_KINDS
+from ipu_stack.low.alias_views import MAX_ALIAS_SPREAD, alias_shards, renamed_again
 from ipu_stack.low.gather import GatherRequest, ShardIndex, gather, host_fill, row_runs
 from ipu_stack.low.gather_arrays import RequestArrays, gather_arrays
 from ipu_stack.low.makers import make_buffer
@@ -370,6 +371,12 @@ def lower_view(ctx: OpLowering, op: Operation) -> list[Shard]:
                 Shard(sh.tile, sh.ref, (sh.rows[0] // k, sh.rows[1] // k), (0, c_out), c_out * eb)
                 for sh in shards
             ]
+
+    spread = None if renamed_again(g, out) else MAX_ALIAS_SPREAD
+    aliased = alias_shards(shards, eb, c_in, c_out, spread=spread)
+    if aliased is not None:  # the same bytes under the view's coordinates
+        ctx.costs[op.name] = ([], [], [])
+        return aliased
 
     def requests(tile: int, ref: Ref, stride: int, r0: int, r1: int) -> list[GatherRequest]:
         out_reqs = []
