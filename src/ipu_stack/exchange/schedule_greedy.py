@@ -362,7 +362,9 @@ def _wave_conflicts(
     ]
 
 
-def _unit_matching(rows: IntArray, cols: IntArray, size: int) -> IntArray:
+def _unit_matching(
+    rows: npt.NDArray[np.integer], cols: npt.NDArray[np.integer], size: int
+) -> IntArray:
     """A maximum matching of the bipartite graph with edges ``rows[i] -> cols[i]`` (both
     sides ``size`` vertices): the column matched to each row, -1 where none.
 
@@ -447,7 +449,6 @@ def _matching_waves(
     member_list = members.tolist()
     rows_all = all_keys // size
     cols_all = (all_keys % size).astype(np.int32)
-    data = np.ones(all_keys.size, dtype=np.int8)
 
     def match(banned: npt.NDArray[np.bool_]) -> tuple[IntArray, bool]:
         active = np.flatnonzero((count > 0) & ~banned)

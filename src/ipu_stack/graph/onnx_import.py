@@ -32,6 +32,7 @@ from ipu_stack.graph import (
     onnx_ops,
     onnx_ops_exported,
     onnx_ops_integer,
+    scale_folding,
 )
 from ipu_stack.graph.compute_graph import ComputeGraph, Value
 from ipu_stack.graph.onnx_fold import numpy_fold
@@ -150,7 +151,21 @@ def import_onnx(
     if validate:
         validate_onnx(proto, model, input_shapes)  # checker rules + ours, before anything else
     graph, bindings = Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
+    graph, bindings = scales_folded(graph, bindings)
     return rolled(graph, bindings) if roll_layers else (graph, bindings)
+
+
+def scales_folded(graph: ComputeGraph, bindings: OnnxBindings) -> tuple[ComputeGraph, OnnxBindings]:
+    """``graph`` with its scalar multiplies folded into GEMM weights where they can be
+    (``graph/scale_folding.py``), and ``bindings`` to match."""
+    result = scale_folding.fold_scalar_scales(graph, bindings.parameters)
+    if not result.fusions:
+        return graph, bindings
+    bindings.parameters = result.parameters
+    bindings.inputs = {k: result.value_map[v.id] for k, v in bindings.inputs.items()}
+    bindings.outputs = {k: result.value_map[v.id] for k, v in bindings.outputs.items()}
+    bindings.fusions = [*bindings.fusions, *result.fusions]
+    return result.graph, bindings
 
 
 def rolled(graph: ComputeGraph, bindings: OnnxBindings) -> tuple[ComputeGraph, OnnxBindings]:

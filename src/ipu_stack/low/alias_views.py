@@ -6,8 +6,8 @@ elements; where every row of ``S``'s shards lands in ``V`` as one run of columns
 (one source row, one run of view columns), every atom is given its view row and columns, and
 atoms that continue each other (next view row, next storage row of the same shard, same
 columns) are merged back into shards. ``None`` means the bytes cannot be named that way (a
-transposed shard, a piece that would not start on a 32-bit word, a reshape whose row widths do
-not divide): the caller moves the data instead.
+transposed shard, a piece that would not start on a 32-bit word of memory or of the view's
+rows, a reshape whose row widths do not divide): the caller moves the data instead.
 
 Three element maps, all on the flat-row views ``[Ns, Cs]`` and ``[Nv, Cv]``:
 
@@ -93,6 +93,10 @@ def alias_shards(
         k = c_view // c_src
         vrow, vlo, vhi = q // k, (q % k) * c_src + lo, (q % k) * c_src + hi
     if (byte % WORD_BYTES).any() or (stride % WORD_BYTES).any():
+        return None
+    # pieces must start (and, inside a row, end) on words of the view's rows too: exchange
+    # moves whole words from word-aligned column offsets
+    if ((vlo * eb) % WORD_BYTES).any() or (((vhi * eb) % WORD_BYTES != 0) & (vhi != c_view)).any():
         return None
     st = stride[which]
     # merge atoms that continue each other: same tile, buffer, stride and columns, next view

@@ -263,7 +263,7 @@ def build_tile_images(
                 f"({row_bytes} exchange rows + {ipu21.ROW_GUARD_BYTES} guard + "
                 f"{4 * code_words} code + {end - table_base} operand tables) but the "
                 f"reservation holds {reservation} bytes [{support_base:#x}, "
-                f"{ipu21.EXECUTABLE_LIMIT:#x})"
+                f"{ipu21.EXECUTABLE_LIMIT:#x}); most rows: {_largest_rows(program, occurrences)}"
             )
         for n, address in enumerate(row_address):
             labels[("row", n)] = address
@@ -299,6 +299,17 @@ def build_tile_images(
         ]
         images.append(image)
     return TileImages(images, linked, dict(getattr(rows, "tables", {})))
+
+
+def _largest_rows(program: LowProgram, occurrences: Any) -> str:
+    """The three exchange steps with the most row bytes on one tile, for an error message."""
+    per_step: dict[int, int] = {}
+    for (step, _), words in occurrences:
+        per_step[step] = per_step.get(step, 0) + 4 * len(words)
+    top = sorted(per_step.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    return ", ".join(
+        f"{n} B in {getattr(program.steps[step], 'label', f'step {step}')!r}" for step, n in top
+    )
 
 
 def _table_words(tables: list[list[Any]], addresses: list[int], allocations: Any) -> list[int]:
