@@ -50,13 +50,15 @@ def alias_shards(
     c_view: int,
     view_row: np.ndarray | None = None,
     spread: int | None = MAX_ALIAS_SPREAD,
+    base: int | None = None,
 ) -> list[Shard] | None:
     """The view's shards on the bytes of ``shards`` (source row width ``c_src`` elements of
     ``eb`` bytes, view row width ``c_view``), or ``None`` where that is not possible.
 
     ``view_row`` (only when the widths are equal) gives each source row's view row; by
-    default rows keep their flat order. ``spread`` bounds the shards per source shard
-    (``None``: no bound, for a view that another view renames again).
+    default rows keep their flat order. ``spread`` bounds the shards per shard of the bytes'
+    owner (``base`` shards when ``shards`` are themselves an alias, else ``len(shards)``;
+    ``None``: no bound, for a view that another view renames again).
     """
     if not shards or any(sh.transposed for sh in shards):
         return None
@@ -111,7 +113,7 @@ def alias_shards(
         & (v_o[1:] == v_o[:-1] + 1) & (by_o[1:] == by_o[:-1] + s_o[:-1])
     )  # fmt: skip
     starts = np.flatnonzero(~cont)
-    if spread is not None and starts.size > spread * len(shards):
+    if spread is not None and starts.size > spread * (base or len(shards)):
         return None
     lengths = np.diff(np.append(starts, order.size))
     return [

@@ -200,7 +200,8 @@ def _renamed_rows(
     view_row = np.ravel_multi_index(tuple(idx[p] for p in perm[:-1]), out_lead)
     eb = lookup_precision(src.dtype).element_bytes
     c = src.shape[-1]
-    return alias_shards(shards, eb, c, c, np.asarray(view_row, dtype=np.int64), spread)
+    base = ctx.alias_base.get(src.id, len(shards))
+    return alias_shards(shards, eb, c, c, np.asarray(view_row, dtype=np.int64), spread, base)
 
 
 def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
@@ -215,6 +216,7 @@ def lower_transpose_any(ctx: OpLowering, op: Operation) -> list[Shard]:
         aliased = _renamed_rows(ctx, src, perm, spread)
         if aliased is not None:  # the same bytes under the output's coordinates
             ctx.costs[op.name] = ([], [], [])
+            ctx.alias_base[out.id] = ctx.alias_base.get(src.id, len(ctx.shards_of(src) or ()))
             return aliased
         shards = _row_move(ctx, op, src, src.shape, perm, out.dtype, "out", moves)
         ctx.costs[op.name] = (moves.calls, moves.transfers, [])

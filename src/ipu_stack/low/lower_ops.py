@@ -82,6 +82,8 @@ class OpLowering:
     # left operands produced on chip that a gemm delivered, by delivery (see lower_gemm's
     # ``delivered``): a later gemm with the same left operand and blocks reads them there
     delivered: dict[tuple, str] = field(default_factory=dict)
+    #: value id -> shard count of the value whose bytes it renames (aliases of aliases too)
+    alias_base: dict[int, int] = field(default_factory=dict)
     # per op: (calls before exchange, transfers, calls after) for the estimate
     costs: dict[str, tuple[list[KernelCall], list[LogicalTransfer], list[KernelCall]]] = field(
         default_factory=dict
@@ -242,6 +244,12 @@ def _anchor_layout(
         return None
     if full_rows and any(sh.cols != (0, anchor.shape[-1]) for sh in shards):
         return None
+    # the output's blocks must start (and end, inside a row) on 32-bit words in its own
+    # precision, or exchange could not read them (e.g. an F8 cast of 14-column F16 pieces)
+    eb = lookup_precision(ctx.graph.value(op.output).dtype).element_bytes
+    c = anchor.shape[-1]
+    if any((a * eb) % 4 or ((b * eb) % 4 and b != c) for sh in shards for a, b in (sh.cols,)):
+        return None
     return shards
 
 
@@ -373,9 +381,11 @@ def lower_view(ctx: OpLowering, op: Operation) -> list[Shard]:
             ]
 
     spread = None if renamed_again(g, out) else MAX_ALIAS_SPREAD
-    aliased = alias_shards(shards, eb, c_in, c_out, spread=spread)
+    base = ctx.alias_base.get(src.id, len(shards))
+    aliased = alias_shards(shards, eb, c_in, c_out, spread=spread, base=base)
     if aliased is not None:  # the same bytes under the view's coordinates
         ctx.costs[op.name] = ([], [], [])
+        ctx.alias_base[out.id] = base
         return aliased
 
     def requests(tile: int, ref: Ref, stride: int, r0: int, r1: int) -> list[GatherRequest]:
