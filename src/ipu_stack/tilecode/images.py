@@ -230,16 +230,27 @@ def build_tile_images(
         numbered: dict[tuple[int, int], int] = {}
         row_words: list[np.ndarray] = []
         occurrences = rows_of.get(physical, ())
-        shared = _invariant_loops(occurrences, loops)
+        # loop steps whose rows are the same in every iteration are stored once, after
+        # everything else, and called at their own address; the others are laid out
+        # iteration by iteration and called from the loop's row base
+        fixed = _invariant_steps(occurrences, loops)
+        deferred: list[tuple[tuple[int, int], np.ndarray]] = []
         for occurrence, words in occurrences:
             step, i = occurrence
-            if i and loops.body.get(step) in shared:  # the loop reuses iteration 0's rows
-                numbered[occurrence] = numbered[(step, 0)]
+            if step in fixed:
+                if i == 0:
+                    deferred.append((occurrence, words))
                 continue
             numbered[occurrence] = len(row_words)
             row_words.append(words)
+        for occurrence, words in deferred:
+            numbered[occurrence] = len(row_words)
+            row_words.append(words)
+        for occurrence, _ in occurrences:
+            if occurrence[0] in fixed and occurrence[1]:
+                numbered[occurrence] = numbered[(occurrence[0], 0)]
         ops, tables, strides = emit_program(
-            logical, program, linked, gemm_symbols, numbered, by_tile.get(logical, {})
+            logical, program, linked, gemm_symbols, numbered, by_tile.get(logical, {}), fixed
         )
         # place_storage: rows from the 16 KiB-aligned support base, guard, code, tables.
         row_address = []
@@ -270,11 +281,13 @@ def build_tile_images(
         for n, address in enumerate(table_address):
             labels[("table", n)] = address
         for index, (table_stride, _) in strides.items():
-            first = [n for (s, i), n in numbered.items() if i == 0 and loops.body.get(s) == index]
+            first = [
+                n
+                for (s, i), n in numbered.items()
+                if i == 0 and loops.body.get(s) == index and s not in fixed
+            ]
             labels[("rowbase", index)] = row_address[min(first)] if first else 0
-            stride = 0
-            if first and index not in shared:
-                stride = sum(4 * len(row_words[n]) for n in first)
+            stride = sum(4 * len(row_words[n]) for n in first)
             strides[index] = (table_stride, stride)
         code = _assemble(ops, labels, strides, physical, loops, row_address)
         table_data = _table_words(tables, table_address, placement.allocations[logical])
@@ -345,27 +358,22 @@ def _loop_lookups(program: LowProgram) -> _Loops:
     return _Loops(body)
 
 
-def _invariant_loops(
+def _invariant_steps(
     occurrences: Sequence[tuple[tuple[int, int], np.ndarray]], loops: _Loops
 ) -> set[int]:
-    """The repeats whose rows on this tile are the same in every iteration: their rows are
-    stored once and the loop's row base does not advance (exchange code independent of
-    depth)."""
+    """The loop steps whose rows on this tile are the same in every iteration."""
     first: dict[int, np.ndarray] = {}
     varies: set[int] = set()
-    repeats: set[int] = set()
     for (step, i), words in occurrences:
-        repeat = loops.body.get(step)
-        if repeat is None:
+        if step not in loops.body:
             continue
-        repeats.add(repeat)
         if i == 0:
             first[step] = words
-        elif repeat not in varies:
+        elif step not in varies:
             base = first.get(step)
             if base is None or (base is not words and not np.array_equal(base, words)):
-                varies.add(repeat)
-    return repeats - varies
+                varies.add(step)
+    return set(first) - varies
 
 
 def _rows_by_tile(

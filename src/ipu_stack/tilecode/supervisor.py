@@ -24,6 +24,7 @@ package records the absence; the simulator runs the registry's reference semanti
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
@@ -284,12 +285,15 @@ def emit_program(
     gemm_symbols: dict,
     rows: dict[tuple[int, int], int],
     calls: dict[int, list[KernelCall]] | None = None,
+    fixed: AbstractSet[int] = frozenset(),
 ) -> tuple[list[Op], list[list[int]], dict[int, tuple[int, int]]]:
     """Ops, operand tables and per-repeat strides of one (logical) tile's supervisor program.
 
     Args:
         rows: ``(step, iteration) -> row number`` for the exchange rows this tile has.
         calls: this tile's calls by compute step (default: taken from ``program``).
+        fixed: loop steps whose rows are stored once and called at their own address (the
+            same in every iteration) rather than from the loop's row base.
 
     Returns:
         ``(ops, tables, strides)``: tables in emission order (the loops' tables iteration by
@@ -320,7 +324,7 @@ def emit_program(
             for j in body if step.count else ():
                 body_ops += _step_ops(
                     tile, j, steps[j], 0, step, linked, gemm_symbols, rows, tables, calls,
-                    static, iterated,
+                    static, iterated, fixed,
                 )  # fmt: skip
             shifts = step.iterated
             for i in range(1, step.count):  # later iterations add only their own tables
@@ -394,6 +398,7 @@ def _step_ops(
     calls: dict[int, list[KernelCall]],
     static: list[list[int]] | None = None,
     iterated: list[tuple[int, Any]] | None = None,
+    fixed: AbstractSet[int] = frozenset(),
 ) -> list[Op]:
     """Ops of one step, its calls' operand tables appended to ``tables`` (in a loop:
     ``iteration``'s, except those of calls that read no iterated buffer: once, into
@@ -405,7 +410,7 @@ def _step_ops(
         row = rows.get((index, iteration)) if rows else None
         if row is None:
             return ops
-        if repeat is None:
+        if repeat is None or index in fixed:
             ops.append(("call", LINK_REGISTER, ("row", row)))
         else:
             ops += [
