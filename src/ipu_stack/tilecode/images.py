@@ -274,7 +274,8 @@ def build_tile_images(
                 f"({row_bytes} exchange rows + {ipu21.ROW_GUARD_BYTES} guard + "
                 f"{4 * code_words} code + {end - table_base} operand tables) but the "
                 f"reservation holds {reservation} bytes [{support_base:#x}, "
-                f"{ipu21.EXECUTABLE_LIMIT:#x}); most rows: {_largest_rows(program, occurrences)}"
+                f"{ipu21.EXECUTABLE_LIMIT:#x}); most rows: "
+                f"{_largest_rows(program, numbered, row_words)}"
             )
         for n, address in enumerate(row_address):
             labels[("row", n)] = address
@@ -314,11 +315,17 @@ def build_tile_images(
     return TileImages(images, linked, dict(getattr(rows, "tables", {})))
 
 
-def _largest_rows(program: LowProgram, occurrences: Any) -> str:
-    """The three exchange steps with the most row bytes on one tile, for an error message."""
+def _largest_rows(
+    program: LowProgram, numbered: dict[tuple[int, int], int], row_words: list[np.ndarray]
+) -> str:
+    """The three exchange steps whose stored rows take the most bytes on one tile (a row
+    shared by several iterations counted once), for an error message."""
     per_step: dict[int, int] = {}
-    for (step, _), words in occurrences:
-        per_step[step] = per_step.get(step, 0) + 4 * len(words)
+    seen: set[int] = set()
+    for (step, _), n in numbered.items():
+        if n not in seen:
+            seen.add(n)
+            per_step[step] = per_step.get(step, 0) + 4 * len(row_words[n])
     top = sorted(per_step.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
     return ", ".join(
         f"{n} B in {getattr(program.steps[step], 'label', f'step {step}')!r}" for step, n in top

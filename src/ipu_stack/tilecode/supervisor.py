@@ -328,7 +328,12 @@ def emit_program(
                 )  # fmt: skip
             shifts = step.iterated
             for i in range(1, step.count):  # later iterations add only their own tables
-                tables += [_table_words(j, operands, shifts, tile, i) for j, operands in iterated]
+                tables += [
+                    _iterated_words(operands.operands, operands.positions, shifts, tile, i)
+                    if isinstance(operands, _Split)
+                    else _table_words(j, operands, shifts, tile, i)
+                    for j, operands in iterated
+                ]
             per_iteration = len(tables) - first_table
             # the static tables follow the iterated ones, once for all iterations
             body_ops = [
@@ -443,6 +448,29 @@ def _step_ops(
                 )
                 ops.append(_call_op(entry.address))
             continue
+        positions = _split_positions(operands, shifts, tile) if static is not None else None
+        if positions is not None and repeat is not None and static is not None:
+            # the iteration-independent words once (iteration 0's addresses), then a small
+            # table per iteration with only the iterated register operands, loaded over them
+            assert iteration == 0
+            static.append(_table_words(index, operands, None, tile, 0))
+            ops.append(("setzi", TABLE_REGISTER, ("static", len(static) - 1)))
+            ops += _operand_loads(
+                min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)
+            )
+            table = len(tables)
+            tables.append(_iterated_words(operands, positions, shifts, tile, 0))
+            if iterated is not None:
+                iterated.append((index, _Split(operands, positions)))
+            ops += _loop_table_base()
+            ops.append(("tableoffset", table))
+            ops += [
+                _w("ld32", base=TABLE_REGISTER, dst=FIRST_OPERAND_REGISTER + j,
+                   delta=ZERO_REGISTER, off=k)
+                for k, j in enumerate(positions)
+            ]  # fmt: skip
+            ops.append(_call_op(entry.address))
+            continue
         words = _table_words(index, operands, shifts, tile, iteration)
         table = len(tables)
         tables.append(words)
@@ -458,6 +486,49 @@ def _step_ops(
         )
         ops.append(_call_op(entry.address))
     return ops
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """A loop call whose table is split: the full words once, ``positions`` per iteration."""
+
+    operands: Any
+    positions: list[int]
+
+
+def _split_positions(
+    operands: Any, shifts: dict[tuple[int, str], int] | None, tile: int
+) -> list[int] | None:
+    """The register positions of a call's iterated operands when all of them are passed in
+    registers (none spilled), else None (the whole table is written per iteration)."""
+    if not shifts:
+        return None
+    registers = LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1
+    positions = [
+        j for j, v in enumerate(operands) if isinstance(v, Ref) and (tile, v.buffer) in shifts
+    ]
+    if not positions:
+        return None
+    spilled = len(operands) > registers
+    last_direct = registers - 1 if spilled else registers  # the last register: the spill word
+    if any(j >= last_direct for j in positions):
+        return None
+    return positions
+
+
+def _iterated_words(
+    operands: Any,
+    positions: list[int],
+    shifts: dict[tuple[int, str], int] | None,
+    tile: int,
+    iteration: int,
+) -> list[Any]:
+    """The per-iteration table of a split call: its iterated operands, advanced."""
+    assert shifts is not None
+    return [
+        ("ref", operands[j], shifts.get((tile, operands[j].buffer), 0) * iteration)
+        for j in positions
+    ]
 
 
 def _table_words(
