@@ -452,12 +452,8 @@ def _step_ops(
         if positions is not None and repeat is not None and static is not None:
             # the iteration-independent words once (iteration 0's addresses), then a small
             # table per iteration with only the iterated register operands, loaded over them
+            # ($m1 holds the whole table at the call: the image runner reads its step word)
             assert iteration == 0
-            static.append(_table_words(index, operands, None, tile, 0))
-            ops.append(("setzi", TABLE_REGISTER, ("static", len(static) - 1)))
-            ops += _operand_loads(
-                min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)
-            )
             table = len(tables)
             tables.append(_iterated_words(operands, positions, shifts, tile, 0))
             if iterated is not None:
@@ -469,6 +465,10 @@ def _step_ops(
                    delta=ZERO_REGISTER, off=k)
                 for k, j in enumerate(positions)
             ]  # fmt: skip
+            static.append(_table_words(index, operands, None, tile, 0))
+            ops.append(("setzi", TABLE_REGISTER, ("static", len(static) - 1)))
+            count = min(len(operands), LAST_OPERAND_REGISTER - FIRST_OPERAND_REGISTER + 1)
+            ops += [op for j, op in enumerate(_operand_loads(count)) if j not in positions]
             ops.append(_call_op(entry.address))
             continue
         words = _table_words(index, operands, shifts, tile, iteration)
