@@ -158,19 +158,19 @@ def import_onnx(
 def scales_folded(graph: ComputeGraph, bindings: OnnxBindings) -> tuple[ComputeGraph, OnnxBindings]:
     """``graph`` with its scalar multiplies folded into GEMM weights where they can be
     (``graph/scale_folding.py``), and ``bindings`` to match."""
-    result = scale_folding.fold_scalar_scales(graph, bindings.parameters)
-    if not result.fusions:
-        return graph, bindings
-    bindings.parameters = result.parameters
-    bindings.inputs = {k: result.value_map[v.id] for k, v in bindings.inputs.items()}
-    bindings.outputs = {k: result.value_map[v.id] for k, v in bindings.outputs.items()}
-    bindings.fusions = [*bindings.fusions, *result.fusions]
-    return result.graph, bindings
+    return _rewritten(scale_folding.fold_scalar_scales(graph, bindings.parameters), graph, bindings)
 
 
 def rolled(graph: ComputeGraph, bindings: OnnxBindings) -> tuple[ComputeGraph, OnnxBindings]:
     """``graph`` with its identical consecutive layers rolled, and ``bindings`` to match."""
-    result = layer_rolling.roll_layers(graph, bindings.parameters)
+    return _rewritten(layer_rolling.roll_layers(graph, bindings.parameters), graph, bindings)
+
+
+def _rewritten(
+    result: Any, graph: ComputeGraph, bindings: OnnxBindings
+) -> tuple[ComputeGraph, OnnxBindings]:
+    """The graph of a rewrite ``result`` (``graph`` itself when it has no fusion line), and
+    ``bindings`` moved onto its values and parameters."""
     if not result.fusions:
         return graph, bindings
     bindings.parameters = result.parameters
