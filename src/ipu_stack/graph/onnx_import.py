@@ -27,6 +27,7 @@ from onnx import NodeProto, TensorProto, numpy_helper
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph import (
+    key_bias,
     layer_rolling,
     onnx_external,
     onnx_ops,
@@ -152,6 +153,9 @@ def import_onnx(
         validate_onnx(proto, model, input_shapes)  # checker rules + ours, before anything else
     graph, bindings = Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
     graph, bindings = scales_folded(graph, bindings)
+    graph, bindings = _rewritten(
+        key_bias.drop_key_biases(graph, bindings.parameters), graph, bindings
+    )
     return rolled(graph, bindings) if roll_layers else (graph, bindings)
 
 

@@ -141,9 +141,8 @@ def fold_scalar_scales(graph: ComputeGraph, parameters: Mapping[str, np.ndarray]
     for name, scale in scales.items():
         data = np.asarray(params[name])
         params[name] = (data.astype(np.float64) * scale).astype(data.dtype)
-    new, vmap = _rebuild(graph, folded)
-    used = {v.name for v in new.values if v.kind == "parameter"}
-    params = {k: v for k, v in params.items() if k in used or k not in _names(graph)}
+    new, vmap = replay_without(graph, folded)
+    params = unused_dropped(params, graph, new)
     line = (
         f"folded {len(folded)} scalar multiplies into the weights of their GEMMs "
         f"(from {graph.operations[min(folded)].name!r})"
@@ -151,12 +150,21 @@ def fold_scalar_scales(graph: ComputeGraph, parameters: Mapping[str, np.ndarray]
     return FoldedGraph(new, params, vmap, [line])
 
 
-def _names(graph: ComputeGraph) -> set[str]:
-    return {v.name for v in graph.values if v.kind == "parameter"}
+def unused_dropped(
+    params: dict[str, np.ndarray], old: ComputeGraph, new: ComputeGraph
+) -> dict[str, np.ndarray]:
+    """``params`` without the data of parameters ``old`` had and ``new`` no longer has."""
+    gone = {v.name for v in old.values if v.kind == "parameter"} - {
+        v.name for v in new.values if v.kind == "parameter"
+    }
+    return {k: v for k, v in params.items() if k not in gone}
 
 
-def _rebuild(graph: ComputeGraph, folded: dict[int, int]) -> tuple[ComputeGraph, dict[int, Value]]:
-    """``graph`` replayed without the folded multiplies (and parameters nothing uses)."""
+def replay_without(
+    graph: ComputeGraph, folded: dict[int, int]
+) -> tuple[ComputeGraph, dict[int, Value]]:
+    """``graph`` replayed without the operations ``folded`` maps (op id -> the value that
+    stands for its result) and without the parameters nothing uses any more."""
     used: set[int] = set(graph.outputs)
     for op in graph.operations:
         if op.id not in folded:
