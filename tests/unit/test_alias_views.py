@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -20,8 +21,8 @@ def _source(n: int, c: int, rng: np.random.Generator) -> tuple[list[Shard], dict
     col_cuts = np.unique(np.concatenate(([0, c], 2 * rng.integers(1, c // 2, 2))))
     values = np.arange(n * c, dtype=np.uint16).reshape(n, c)
     shards, memory = [], {}
-    for i, (r0, r1) in enumerate(zip(row_cuts[:-1], row_cuts[1:], strict=True)):
-        for j, (c0, c1) in enumerate(zip(col_cuts[:-1], col_cuts[1:], strict=True)):
+    for i, (r0, r1) in enumerate(pairwise(row_cuts)):
+        for j, (c0, c1) in enumerate(pairwise(col_cuts)):
             stride = -(-(c1 - c0) * EB // 4) * 4 + 4 * int(rng.integers(0, 3))
             offset = 4 * int(rng.integers(0, 8))
             name = f"b{i}_{j}"

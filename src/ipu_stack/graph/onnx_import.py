@@ -27,7 +27,7 @@ from onnx import NodeProto, TensorProto, numpy_helper
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph import (
-    key_bias,
+    attention_biases,
     layer_rolling,
     onnx_external,
     onnx_ops,
@@ -154,7 +154,7 @@ def import_onnx(
     graph, bindings = Importer(proto, dict(input_shapes or {}), dict(constants or {})).run()
     graph, bindings = scales_folded(graph, bindings)
     graph, bindings = _rewritten(
-        key_bias.drop_key_biases(graph, bindings.parameters), graph, bindings
+        attention_biases.fold_attention_biases(graph, bindings.parameters), graph, bindings
     )
     return rolled(graph, bindings) if roll_layers else (graph, bindings)
 
