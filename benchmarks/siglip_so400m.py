@@ -261,11 +261,25 @@ def compare(got: np.ndarray, want: np.ndarray) -> dict[str, float]:
     }
 
 
+def _commit() -> str | None:
+    """The checkout's short commit id (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def run_batch(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     """Export (or write), compile, simulate and check one batch size."""
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    rec: dict[str, Any] = {"batch": batch, "seconds": {}, "peak_rss_gb": {}}
+    rec: dict[str, Any] = {"batch": batch, "commit": _commit(), "seconds": {}, "peak_rss_gb": {}}
     sec, rss = rec["seconds"], rec["peak_rss_gb"]
     model = args.model
     graph = bindings = None
