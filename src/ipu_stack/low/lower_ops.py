@@ -248,7 +248,8 @@ def _anchor_layout(
     # precision, or exchange could not read them (e.g. an F8 cast of 14-column F16 pieces)
     eb = lookup_precision(ctx.graph.value(op.output).dtype).element_bytes
     c = anchor.shape[-1]
-    if any((a * eb) % 4 or ((b * eb) % 4 and b != c) for sh in shards for a, b in (sh.cols,)):
+    starts_off = any((sh.cols[0] * eb) % 4 for sh in shards)
+    if starts_off or any((sh.cols[1] * eb) % 4 and sh.cols[1] != c for sh in shards):
         return None
     return shards
 
