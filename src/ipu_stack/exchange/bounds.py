@@ -56,6 +56,9 @@ BOUND_NAMES = (ENDPOINT, SRAM_ELEMENT, LATENCY_ENDPOINT, DEPENDENCY_CHAIN, CONFL
 PREEMPTIVE_BOUND_NAMES = (ENDPOINT, SRAM_ELEMENT, LATENCY_ENDPOINT, DEPENDENCY_CHAIN)
 #: Cliques up to this size get the exact best order (Held-Karp), larger ones the relaxation.
 EXACT_ORDER_LIMIT = 7
+#: Most members of a clique whose order is bounded (its separations are an n x n x resources
+#: array): a bigger clique keeps its longest members, a sub-clique and so a sound bound.
+CLIQUE_MEMBER_LIMIT = 256
 
 
 def endpoint_lower_bound(phase: ExchangePhase, model: ExchangeModel = IPU21_MODEL) -> int:
@@ -385,6 +388,8 @@ def clique_bound(
         if len(members) < 2 or key in seen:
             continue
         seen.add(key)
+        if len(members) > CLIQUE_MEMBER_LIMIT:  # any sub-clique is still a sound bound
+            members = sorted(members, key=lambda i: (-int(durations[i]), i))[:CLIQUE_MEMBER_LIMIT]
         ordered = _ordered_clique(problem, members, heads, tails)
         if ordered is not None:
             value, exact, order_inputs = ordered
