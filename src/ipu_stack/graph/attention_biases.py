@@ -30,7 +30,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
-from ipu_stack.graph.scale_folding import FoldedGraph, replay_without, unused_dropped
+from ipu_stack.graph.scale_folding import (
+    FoldedGraph,
+    renamed_from,
+    replay_without,
+    unused_dropped,
+)
 
 RENAMING = ("view", "transpose")
 
@@ -53,19 +58,11 @@ def _biased_right(
     """Behind ``gemm``'s right operand, through views and transposes used only there, an
     ``add`` of a parameter bias to a value used only by it: (the add, that value, the bias
     parameter's name, the bias's column index as it lands in the right operand)."""
-    chain: list[Operation] = []
-    vid = gemm.inputs[1]
     outputs = set(graph.outputs)
-    while True:
-        if uses[vid] != 1 or vid in outputs:
-            return None
-        op = producer.get(vid)
-        if op is None:
-            return None
-        if op.kind not in RENAMING:
-            break
-        chain.append(op)
-        vid = op.inputs[0]
+    found = renamed_from(graph, gemm.inputs[1], producer, uses)
+    if found is None:
+        return None
+    op, chain = found
     if op.kind != "add" or len(op.inputs) != 2:
         return None
     values = [graph.value(i) for i in op.inputs]

@@ -74,7 +74,48 @@ def _chain(
     params: Mapping[str, np.ndarray],
 ) -> tuple[Value, Value | None] | None:
     """The (weights, bias) parameters behind value ``start``, when it may be scaled there."""
-    vid = start
+    outputs = set(graph.outputs)
+    found = renamed_from(graph, start, producer, uses)
+    if found is None:
+        return None
+    op = found[0]
+    bias = None
+    if op.kind == "add":
+        values = [graph.value(i) for i in op.inputs]
+        biases = [v for v in values if v.kind == "parameter"]
+        others = [v for v in values if v.kind != "parameter"]
+        if len(biases) != 1 or len(others) != 1:
+            return None
+        bias = biases[0]
+        if uses[bias.id] != 1 or bias.name not in params:
+            return None
+        vid = others[0].id
+        if uses[vid] != 1 or vid in outputs:
+            return None
+        gemm = producer.get(vid)
+        if gemm is None:
+            return None
+        op = gemm
+    if op.kind != "gemm":
+        return None
+    weights = graph.value(op.inputs[1])
+    if weights.kind != "parameter" or uses[weights.id] != 1 or weights.name not in params:
+        return None
+    if graph.value(op.inputs[0]).id == weights.id:
+        return None
+    scalable = [weights] + ([bias] if bias is not None else [])
+    if any(np.asarray(params[v.name]).dtype.name not in SCALABLE_DTYPES for v in scalable):
+        return None
+    return weights, bias
+
+
+def renamed_from(
+    graph: ComputeGraph, vid: int, producer: dict[int, Operation], uses: dict[int, int]
+) -> tuple[Operation, list[Operation]] | None:
+    """The first producer behind value ``vid`` that is not a view or transpose, and the views
+    and transposes passed on the way (nearest first), when every value on the way is used
+    once and is no graph output; else None."""
+    chain: list[Operation] = []
     outputs = set(graph.outputs)
     while True:
         if uses[vid] != 1 or vid in outputs:
@@ -82,36 +123,10 @@ def _chain(
         op = producer.get(vid)
         if op is None:
             return None
-        if op.kind in RENAMING:
-            vid = op.inputs[0]
-            continue
-        bias = None
-        if op.kind == "add":
-            values = [graph.value(i) for i in op.inputs]
-            biases = [v for v in values if v.kind == "parameter"]
-            others = [v for v in values if v.kind != "parameter"]
-            if len(biases) != 1 or len(others) != 1:
-                return None
-            bias = biases[0]
-            if uses[bias.id] != 1 or bias.name not in params:
-                return None
-            vid = others[0].id
-            if uses[vid] != 1 or vid in outputs:
-                return None
-            op = producer.get(vid)
-            if op is None:
-                return None
-        if op.kind != "gemm":
-            return None
-        weights = graph.value(op.inputs[1])
-        if weights.kind != "parameter" or uses[weights.id] != 1 or weights.name not in params:
-            return None
-        if graph.value(op.inputs[0]).id == weights.id:
-            return None
-        scalable = [weights] + ([bias] if bias is not None else [])
-        if any(np.asarray(params[v.name]).dtype.name not in SCALABLE_DTYPES for v in scalable):
-            return None
-        return weights, bias
+        if op.kind not in RENAMING:
+            return op, chain
+        chain.append(op)
+        vid = op.inputs[0]
 
 
 def fold_scalar_scales(graph: ComputeGraph, parameters: Mapping[str, np.ndarray]) -> FoldedGraph:
