@@ -138,9 +138,10 @@ def renamed_again(graph: ComputeGraph, value: Value) -> bool:
             continue
         if op.kind != "transpose":
             return False
+        # (imported here: the planner's candidates import lowering helpers at module level)
+        from ipu_stack.mid.candidates.indexing import transpose_steps
+
         perm = tuple(op.attr("perm"))
-        last = len(perm) - 1
-        lead = [p for p in perm if p not in (perm[-1], last)]
-        if perm[-1] != last and (*lead, perm[-1], last) == tuple(range(len(perm))):
+        if perm[-1] != len(perm) - 1 and transpose_steps(perm)[0] is None:
             return False  # transposes value's own shards where they are: no renaming first
     return True

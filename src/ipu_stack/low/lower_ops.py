@@ -33,6 +33,7 @@ from ipu_stack.low.program import (
     Shard,
     View,
 )
+from ipu_stack.target.ipu21 import WORD_BYTES
 from ipu_stack.target.ipu21 import precision as lookup_precision
 
 ROW_ALIGN = 8  # storage rows start on 64-bit boundaries (facts §5.2: natural alignment)
@@ -248,8 +249,8 @@ def _anchor_layout(
     # precision, or exchange could not read them (e.g. an F8 cast of 14-column F16 pieces)
     eb = lookup_precision(ctx.graph.value(op.output).dtype).element_bytes
     c = anchor.shape[-1]
-    starts_off = any((sh.cols[0] * eb) % 4 for sh in shards)
-    if starts_off or any((sh.cols[1] * eb) % 4 and sh.cols[1] != c for sh in shards):
+    starts_off = any((sh.cols[0] * eb) % WORD_BYTES for sh in shards)
+    if starts_off or any((sh.cols[1] * eb) % WORD_BYTES and sh.cols[1] != c for sh in shards):
         return None
     return shards
 
