@@ -11,7 +11,7 @@ import pytest
 from ipu_stack.errors import PlanError
 from ipu_stack.graph.compute_graph import ComputeGraph, evaluate_reference
 from ipu_stack.low.lower import lower_program
-from ipu_stack.low.program import Buffer, LowProgram
+from ipu_stack.low.program import Buffer, ExchangeStep, LowProgram
 from ipu_stack.mid.lower_mid import lower_mid
 from ipu_stack.package import finalists as finalists_module
 from ipu_stack.package.assemble import build_package
@@ -159,3 +159,51 @@ def test_sram_failure_reports_free_bytes_within_the_region():
     message = str(err.value)
     assert "'x'" in message and "768 B free there" in message
     assert "short by 3584 B" in message  # 4096 - the largest hole (512 B)
+
+
+def _shared_left(rng: np.random.Generator) -> tuple[ComputeGraph, dict[str, np.ndarray]]:
+    """Q, K and V style: three narrow GEMMs reading one on-chip value with equal plans."""
+    g = ComputeGraph()
+    x = g.host_input("x", (4, 64), "f32")
+    params = {"w0": rng.uniform(-0.2, 0.2, (64, 64)).astype(np.float32)}
+    h = g.gemm(x, g.parameter("w0", (64, 64), "f32"), name="pre")
+    outs = []
+    for n in "qkv":
+        params[f"w{n}"] = rng.uniform(-0.2, 0.2, (64, 64)).astype(np.float32)
+        outs.append(g.gemm(h, g.parameter(f"w{n}", (64, 64), "f32"), name=n))
+    g.set_outputs(*outs)
+    return g, params
+
+
+def _left_deliveries(program: LowProgram) -> int:
+    """Exchange steps that move ``pre``'s output into a GEMM's left operand buffer."""
+    return sum(
+        any(
+            t.source.buffer == "pre.out" and ref.buffer.endswith(".left")
+            for t in s.transfers
+            for _, ref in t.destinations
+        )
+        for s in program.steps
+        if isinstance(s, ExchangeStep)
+    )
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_gemms_sharing_a_left_operand_keep_one_tile_range_and_one_delivery(monkeypatch, grouped):
+    monkeypatch.setattr(balance, "STACKED_LIMIT", 0.0)
+    if not grouped:  # the mutation: every GEMM placed on its own
+        monkeypatch.setattr(balance, "_shared_key", lambda *a: None)
+    g, params = _shared_left(np.random.default_rng(3))
+    finalist = lower_mid(g, TILES, 1)[0]
+    plans = finalist.gemm_plans
+    assert plans["q"] == plans["k"] == plans["v"] and plans["q"].tiles < TILES // 2
+    offsets = balance.tile_offsets(g, plans, TILES)[0]
+    assert (offsets["q"] == offsets["k"] == offsets["v"]) == grouped
+    assert _left_deliveries(_lowered(g, True, finalist)) == (1 if grouped else 3)
+    built = build(g, BuildConfig(tiles=TILES, compile_kernels=False))
+    x = np.random.default_rng(4).uniform(-1, 1, (4, 64)).astype(np.float32)
+    got = SimDevice().run(built.program, built.placement, built.schedules, {"x": x, **params})
+    h = x @ params["w0"]
+    for out, n in zip(got.outputs.values(), "qkv", strict=True):
+        want = h @ params[f"w{n}"]
+        assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max()

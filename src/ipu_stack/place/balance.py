@@ -37,9 +37,21 @@ STACKED_LIMIT = 0.25  # of a tile's data memory: beyond it, weight-carrying GEMM
 
 @dataclass(frozen=True, slots=True)
 class _Weights:
-    name: str
+    names: tuple[str, ...]  # GEMMs placed together (one left operand delivery: see _shared)
     tiles: int
     per_tile: int  # host-written bytes on each of its tiles
+
+
+def _shared_key(graph: ComputeGraph, op: Any, plan: GemmPlan) -> tuple | None:
+    """What must be equal for GEMMs to read one delivery of their left operand (lower_gemm's
+    ``delivered``): the same on-chip left value, moved in one K step, on the same grid. Such
+    GEMMs (a layer's Q, K and V projections) are kept on the same tile range, else each would
+    gather the same blocks again in an exchange phase of its own."""
+    if plan.left_mode != "moved" or plan.k_step < plan.k_block:
+        return None
+    if graph.value(op.left).kind != "operation":
+        return None
+    return (op.left, op.transpose_left, plan)
 
 
 def _collect(
@@ -53,11 +65,23 @@ def _collect(
     from ipu_stack.mid.candidates.repeat import body_finalist
     from ipu_stack.mid.residency import enclosing_weights_per_tile
 
+    groups: dict[Any, int] = {}  # shared-left key -> index in ``out``
     for op in graph.operations:
         if op.kind == "gemm" and op.name in plans:
             plan = plans[op.name]
             if plan.resident_bytes > 0:
-                out.append(_Weights(op.name, plan.tiles, plan.resident_bytes * scale))
+                key = _shared_key(graph, op, plan)
+                mine = _Weights((op.name,), plan.tiles, plan.resident_bytes * scale)
+                if key is not None and key in groups:
+                    at = groups[key]
+                    prev = out[at]
+                    out[at] = _Weights(
+                        prev.names + mine.names, prev.tiles, prev.per_tile + mine.per_tile
+                    )
+                    continue
+                if key is not None:
+                    groups[key] = len(out)
+                out.append(mine)
         elif op.kind == "repeat":
             body: ComputeGraph = op.attr("body")
             count = int(op.attr("count"))
@@ -83,7 +107,7 @@ def tile_offsets(
         return {}, stacked
     load = np.zeros(tiles, dtype=np.int64)
     offsets: dict[str, int] = {}
-    for w in sorted(entries, key=lambda e: (-e.per_tile, -e.tiles, e.name)):
+    for w in sorted(entries, key=lambda e: (-e.per_tile, -e.tiles, e.names)):
         used = min(w.tiles, tiles)
         if used >= tiles:
             load += w.per_tile
@@ -95,7 +119,7 @@ def tile_offsets(
         starts = np.arange(0, tiles, OFFSET_GRANULE)
         totals = summed[starts + used] - summed[starts]
         best = int(starts[np.lexsort((starts, totals, busiest))[0]])
-        offsets[w.name] = best
+        offsets.update(dict.fromkeys(w.names, best))
         load[(best + np.arange(used)) % tiles] += w.per_tile
     if load.max() >= stacked.max():  # nothing to gain (e.g. GEMMs on almost every tile)
         return {}, stacked
