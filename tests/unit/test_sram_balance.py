@@ -11,7 +11,7 @@ import pytest
 from ipu_stack.errors import PlanError
 from ipu_stack.graph.compute_graph import ComputeGraph, evaluate_reference
 from ipu_stack.low.lower import lower_program
-from ipu_stack.low.program import Buffer, ExchangeStep, LowProgram
+from ipu_stack.low.program import Buffer, ComputeStep, ExchangeStep, GemmCall, LowProgram
 from ipu_stack.mid.lower_mid import lower_mid
 from ipu_stack.package import finalists as finalists_module
 from ipu_stack.package.assemble import build_package
@@ -192,14 +192,24 @@ def _left_deliveries(program: LowProgram) -> int:
 def test_gemms_sharing_a_left_operand_keep_one_tile_range_and_one_delivery(monkeypatch, grouped):
     monkeypatch.setattr(balance, "STACKED_LIMIT", 0.0)
     if not grouped:  # the mutation: every GEMM placed on its own
-        monkeypatch.setattr(balance, "_shared_key", lambda *a: None)
+        monkeypatch.setattr(balance, "shared_left_key", lambda *a: None)
     g, params = _shared_left(np.random.default_rng(3))
     finalist = lower_mid(g, TILES, 1)[0]
     plans = finalist.gemm_plans
     assert plans["q"] == plans["k"] == plans["v"] and plans["q"].tiles < TILES // 2
     offsets = balance.tile_offsets(g, plans, TILES)[0]
     assert (offsets["q"] == offsets["k"] == offsets["v"]) == grouped
-    assert _left_deliveries(_lowered(g, True, finalist)) == (1 if grouped else 3)
+    program = _lowered(g, True, finalist)
+    assert _left_deliveries(program) == (1 if grouped else 3)
+    gemm_steps = {
+        c.out.buffer: i
+        for i, s in enumerate(program.steps)
+        if isinstance(s, ComputeStep)
+        for c in s.calls
+        if isinstance(c, GemmCall)
+    }
+    # grouped, the three run in one compute step (lowered side by side: gemm_groups.py)
+    assert (gemm_steps["q.out"] == gemm_steps["k.out"] == gemm_steps["v.out"]) == grouped
     built = build(g, BuildConfig(tiles=TILES, compile_kernels=False))
     x = np.random.default_rng(4).uniform(-1, 1, (4, 64)).astype(np.float32)
     got = SimDevice().run(built.program, built.placement, built.schedules, {"x": x, **params})

@@ -11,6 +11,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value
 from ipu_stack.low.costs import call_cycles
+from ipu_stack.low.gemm_groups import delivery_groups, merge_members
 from ipu_stack.low.in_place import write_in_place
 from ipu_stack.low.lower_gemm import folded_shapes, lower_gemm
 from ipu_stack.low.lower_indexing import INDEXING_LOWERINGS
@@ -181,18 +182,29 @@ def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, i
     graph, builder = ctx.graph, ctx.builder
     host_shards, value_shards = ctx.host_shards, ctx.value_shards
     estimates: dict[str, int] = {}
+    groups = delivery_groups(graph, plans, ctx.tile_offsets)
+    grouped = {op.id for members in groups.values() for op in members[1:]}
     for op in graph.operations:
+        if op.id in grouped:
+            continue  # lowered with its group's first member
         if op.kind == "gemm":
-            precision = lookup_precision(graph.value(op.left).dtype)
-            value_shards[op.output] = lower_gemm(
-                graph, op, plans[op.id], precision, builder, host_shards, value_shards,
-                ctx.tile_offsets.get(op.name, 0), ctx.tiles, bool(ctx.staged_homes),
-                ctx.delivered,
-            )  # fmt: skip
-            for vid in op.inputs:  # host inputs this gemm delivered are homed there now
-                if graph.value(vid).kind == "host_input" and vid not in value_shards:
-                    value_shards[vid] = list(host_shards[vid])
-            estimates[op.name] = plans[op.id].estimated_cycles
+            members = groups.get(op.id, [op])
+            subs = [(m.name, ProgramBuilder(buffers=builder.buffers)) for m in members]
+            if len(members) == 1:
+                subs = [(op.name, builder)]
+            for m, (_, sub) in zip(members, subs, strict=True):
+                precision = lookup_precision(graph.value(m.left).dtype)
+                value_shards[m.output] = lower_gemm(
+                    graph, m, plans[m.id], precision, sub, host_shards, value_shards,
+                    ctx.tile_offsets.get(m.name, 0), ctx.tiles, bool(ctx.staged_homes),
+                    ctx.delivered,
+                )  # fmt: skip
+                for vid in m.inputs:  # host inputs this gemm delivered are homed there now
+                    if graph.value(vid).kind == "host_input" and vid not in value_shards:
+                        value_shards[vid] = list(host_shards[vid])
+                estimates[m.name] = plans[m.id].estimated_cycles
+            if len(members) > 1:
+                merge_members(builder, subs)
         elif op.kind == "repeat":
             from ipu_stack.low.lower_repeat import lower_repeat
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from ipu_stack.errors import PlanError
 from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.low.gemm_groups import shared_left_key
 from ipu_stack.low.program import LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.place.sram import Region, usable_bytes
@@ -37,21 +38,9 @@ STACKED_LIMIT = 0.25  # of a tile's data memory: beyond it, weight-carrying GEMM
 
 @dataclass(frozen=True, slots=True)
 class _Weights:
-    names: tuple[str, ...]  # GEMMs placed together (one left operand delivery: see _shared)
+    names: tuple[str, ...]  # GEMMs kept on one tile range (low/gemm_groups.py)
     tiles: int
     per_tile: int  # host-written bytes on each of its tiles
-
-
-def _shared_key(graph: ComputeGraph, op: Any, plan: GemmPlan) -> tuple | None:
-    """What must be equal for GEMMs to read one delivery of their left operand (lower_gemm's
-    ``delivered``): the same on-chip left value, moved in one K step, on the same grid. Such
-    GEMMs (a layer's Q, K and V projections) are kept on the same tile range, else each would
-    gather the same blocks again in an exchange phase of its own."""
-    if plan.left_mode != "moved" or plan.k_step < plan.k_block:
-        return None
-    if graph.value(op.left).kind != "operation":
-        return None
-    return (op.left, op.transpose_left, plan)
 
 
 def _collect(
@@ -70,7 +59,7 @@ def _collect(
         if op.kind == "gemm" and op.name in plans:
             plan = plans[op.name]
             if plan.resident_bytes > 0:
-                key = _shared_key(graph, op, plan)
+                key = shared_left_key(graph, op, plan)
                 mine = _Weights((op.name,), plan.tiles, plan.resident_bytes * scale)
                 if key is not None and key in groups:
                     at = groups[key]
