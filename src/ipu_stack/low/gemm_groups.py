@@ -20,6 +20,7 @@ before the group's first member.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
 from ipu_stack.graph.compute_graph import ComputeGraph, Operation
@@ -89,6 +90,11 @@ def _phases(
     return out, calls
 
 
+def _strictly_rising(ranks: list[int]) -> bool:
+    """Every phase known to the first member, each once, in its order."""
+    return all(r >= 0 for r in ranks) and all(a < b for a, b in pairwise(ranks))
+
+
 def merge_members(builder: ProgramBuilder, members: list[tuple[str, ProgramBuilder]]) -> None:
     """Append the members' steps (``(name, its own builder)``, in graph order) to
     ``builder`` interleaved by phase; one after another when their phases do not line up."""
@@ -96,9 +102,7 @@ def merge_members(builder: ProgramBuilder, members: list[tuple[str, ProgramBuild
     order = [suffix for suffix, _, _ in split[0][0]]
     rank = {s: i for i, s in enumerate(order)}
     lined_up = len(rank) == len(order) and all(
-        [rank.get(s, -1) for s, _, _ in phases] == sorted(rank.get(s, -1) for s, _, _ in phases)
-        and all(s in rank for s, _, _ in phases)
-        for phases, _ in split
+        _strictly_rising([rank.get(s, -1) for s, _, _ in phases]) for phases, _ in split
     )
     if not lined_up:
         for _, sub in members:
