@@ -13,16 +13,18 @@ build_tile_images  supervisor code + operand tables + rows placed in support (ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.memo import ScheduleMemo
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, ScheduleError
+from ipu_stack.exchange.scheduler import schedule_phase
+from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
 from ipu_stack.kernels.toolchain import Toolchain
-from ipu_stack.low.program import ComputeStep, GemmCall, LowProgram
+from ipu_stack.low.program import ComputeStep, ExchangeStep, GemmCall, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
 from ipu_stack.package.finalists import Evaluated, evaluate, evaluate_finalists
@@ -34,9 +36,14 @@ from ipu_stack.package.runtime_program import (
 )
 from ipu_stack.package.runtime_program import describe as describe_runtime
 from ipu_stack.package.schedule_program import Refine, schedule_program
-from ipu_stack.place.assign import Placement
-from ipu_stack.target.ipu21 import TILES
-from ipu_stack.tilecode.images import TileImages, build_tile_images, lower_exchanges
+from ipu_stack.place.assign import Placement, physical_phase, place_program
+from ipu_stack.target.ipu21 import DEFAULT_SUPPORT_RESERVATION_BYTES, ELEMENT_BYTES, TILES
+from ipu_stack.tilecode.images import (
+    SupportOverflow,
+    TileImages,
+    build_tile_images,
+    lower_exchanges,
+)
 from ipu_stack.tilecode.supervisor import link_runtime
 from ipu_stack.trace import Trace
 
@@ -165,8 +172,57 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
     if config.compile_kernels:
         with trace.phase("compile_kernels"):
             kernels = compile_kernels(units, Toolchain.discover(config.kernel_sdk), trace=trace)
-    images = _tile_code(program, placement, schedules, runtime, trace)
+    images, placement, schedules, runtime = _fitted_tile_code(
+        program, placement, schedules, runtime, trace
+    )
     return Build(graph, program, placement, schedules, trace, plans, kernels, runtime, images)
+
+
+#: the most support a tile may be given when its rows, code and tables outgrow the default
+#: reservation (facts §4.4: executable memory ends at 0x80000; this leaves the standard
+#: region's data at least 64 KiB less than without any reservation)
+MAX_SUPPORT_RESERVATION = 6 * ELEMENT_BYTES
+
+
+def _fitted_tile_code(
+    program: LowProgram,
+    placement: Placement,
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+    runtime: list[TileProgram],
+    trace: Trace,
+    reservation: int = DEFAULT_SUPPORT_RESERVATION_BYTES,
+) -> tuple[
+    TileImages, Placement, dict[int, tuple[ExchangePhase, PhaseSchedule]], list[TileProgram]
+]:
+    """:func:`_tile_code`; a tile whose support outgrows ``reservation`` gets a larger one
+    (whole 16 KiB elements) and the tiles are placed again with it, while its data fits
+    (else the overflow is the error). Every tile starts at ``reservation``. A phase whose
+    addresses moved keeps its schedule if the verifier accepts it there, else is scheduled
+    again."""
+    reservations: dict[int, int] = {}
+    while True:
+        try:
+            images = _tile_code(program, placement, schedules, runtime, trace, reservation,
+                                reservations)  # fmt: skip
+            return images, placement, schedules, runtime
+        except SupportOverflow as err:
+            grown = -(-err.needed // ELEMENT_BYTES) * ELEMENT_BYTES
+            if grown > MAX_SUPPORT_RESERVATION or reservations.get(err.logical_tile, 0) >= grown:
+                raise
+            reservations[err.logical_tile] = grown
+            try:
+                again = place_program(program, placement.physical, reservations)
+            except PlanError as placing:
+                raise PlanError(f"{err}; with {grown} bytes of support: {placing}") from None
+            placement = replace(again, mapped=placement.mapped)
+            trace.event(
+                "support reservation grown",
+                logical_tile=err.logical_tile,
+                needed_bytes=err.needed,
+                reservation_bytes=grown,
+            )
+            schedules = _rescheduled(program, placement, schedules)
+            runtime = compile_runtime(program, placement, schedules)
 
 
 def _tile_code(
@@ -175,6 +231,8 @@ def _tile_code(
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
     runtime: list[TileProgram],
     trace: Trace,
+    reservation: int = DEFAULT_SUPPORT_RESERVATION_BYTES,
+    reservations: dict[int, int] | None = None,
 ) -> TileImages:
     """The phases after compile_kernels (tilecode/): rows, linked entries, tile images."""
     # Every scheduled phase -> per-tile rows of encoded exchange words within the field
@@ -190,7 +248,8 @@ def _tile_code(
     # emit_tile_code + place_storage: supervisor code, operand tables and rows placed in each
     # tile's support reservation (a tile that does not fit fails with its bytes), as images.
     with trace.phase("build_tile_images"):
-        images = build_tile_images(program, placement, schedules, symbols, rows, linked=linked)
+        images = build_tile_images(program, placement, schedules, symbols, rows, reservation,
+                                   linked, reservations)  # fmt: skip
         trace.event(
             "built tile images",
             **images.describe(),
@@ -281,4 +340,26 @@ def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:
             out.update(_flat(v, f"{prefix}{k}_"))
         else:
             out[f"{prefix}{k}"] = v
+    return out
+
+
+def _rescheduled(
+    program: LowProgram,
+    placement: Placement,
+    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
+    """The schedules of ``program`` on a new placement: a phase whose addresses did not
+    change keeps its schedule, one that the verifier accepts at the new addresses too keeps
+    it with them, and the others are scheduled again."""
+    out = {}
+    for index, (phase, schedule) in schedules.items():
+        step = program.steps[index]
+        assert isinstance(step, ExchangeStep)
+        fresh = physical_phase(step, placement)
+        if fresh != phase:
+            try:
+                verify_schedule(fresh, schedule)
+            except ScheduleError:
+                schedule = schedule_phase(fresh, schedule.model)
+        out[index] = (fresh, schedule)
     return out

@@ -30,7 +30,7 @@ from ipu_stack.low.program import (
     View,
 )
 from ipu_stack.place.sram import BufferRequest, Region, allocate_tile, region_peaks
-from ipu_stack.target.ipu21 import TILES
+from ipu_stack.target.ipu21 import DEFAULT_SUPPORT_RESERVATION_BYTES, TILES
 from ipu_stack.target.topology import logical_to_physical
 
 
@@ -291,8 +291,14 @@ def _reads_out(call: object) -> bool:
 _Request = tuple[str, int, int, Region, tuple[int, int], bool, tuple[str, ...]]
 
 
-def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Placement:
-    """Allocate every buffer; dead buffers' bytes are reused by later ones.
+def place_program(
+    program: LowProgram,
+    physical: np.ndarray | None = None,
+    reservations: dict[int, int] | None = None,
+) -> Placement:
+    """Allocate every buffer; dead buffers' bytes are reused by later ones. ``reservations``:
+    a larger support reservation (bytes at the top of the standard region) for some logical
+    tiles, whose rows, code and tables did not fit the default one.
 
     Raises:
         PlanError: if a tile's buffers do not fit (names the tile and buffer).
@@ -325,7 +331,8 @@ def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Pl
     for tile in range(program.tile_count):
         raw = sorted(per_tile.get(tile, []), key=itemgetter(0))  # by name
         separated_raw = _separate(raw, hazards.get(tile, {}))
-        key = tuple(separated_raw)
+        reservation = (reservations or {}).get(tile, DEFAULT_SUPPORT_RESERVATION_BYTES)
+        key = (reservation, tuple(separated_raw))
         known = cache.get(key)
         if known is None:
             requests = [BufferRequest(*r) for r in raw]
@@ -333,10 +340,10 @@ def place_program(program: LowProgram, physical: np.ndarray | None = None) -> Pl
             try:
                 # First with each phase's send and receive buffers in different elements
                 # (no SRAM-element hazard left for the scheduler), else as requested.
-                addresses = allocate_tile(separated)
+                addresses = allocate_tile(separated, reservation=reservation)
             except PlanError:
                 try:
-                    addresses = allocate_tile(requests)
+                    addresses = allocate_tile(requests, reservation=reservation)
                 except PlanError as err:
                     raise PlanError(f"tile {tile}: {err}") from None
             for k, v in region_peaks(requests, addresses).items():

@@ -35,6 +35,17 @@ from ipu_stack.tilecode.supervisor import (
 )
 
 SEGMENT_READ, SEGMENT_WRITE, SEGMENT_EXEC = 1, 2, 4  # as the package format's flags
+
+
+class SupportOverflow(PlanError):
+    """A tile's rows, code and tables do not fit its support reservation."""
+
+    def __init__(self, message: str, logical_tile: int, needed: int) -> None:
+        super().__init__(message)
+        self.logical_tile = logical_tile
+        self.needed = needed
+
+
 SUPPORT_BASE = ipu21.EXECUTABLE_LIMIT - ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES
 
 
@@ -211,22 +222,25 @@ def build_tile_images(
     rows: dict[tuple[int, int], dict[int, np.ndarray]] | None = None,
     reservation: int = ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES,
     linked: Linked | None = None,
+    reservations: dict[int, int] | None = None,
 ) -> TileImages:
-    """Link, place and emit every tile's image (see module docstring).
+    """Link, place and emit every tile's image (see module docstring); ``reservations``:
+    a larger support reservation for some logical tiles (the placement must leave it free).
 
     Raises:
-        PlanError: a tile's support does not fit (names the tile and the bytes), or the
-            program cannot be encoded.
+        SupportOverflow: a tile's support does not fit (names the tile and the bytes).
+        PlanError: the program cannot be encoded.
     """
     rows = rows if rows is not None else lower_exchanges(program, placement, schedules)
     linked = linked if linked is not None else link_runtime(program, gemm_symbols)
     rows_of = _rows_by_tile(program, rows)
     by_tile = calls_by_tile(program)
     loops = _loop_lookups(program)
-    support_base = ipu21.EXECUTABLE_LIMIT - reservation
     images = []
     for logical in range(program.tile_count):
         physical = int(placement.physical[logical])
+        tile_reservation = (reservations or {}).get(logical, reservation)
+        support_base = ipu21.EXECUTABLE_LIMIT - tile_reservation
         numbered: dict[tuple[int, int], int] = {}
         row_words: list[np.ndarray] = []
         occurrences = rows_of.get(physical, ())
@@ -269,13 +283,15 @@ def build_tile_images(
             cursor += 4 * len(t)
         end = cursor
         if end > ipu21.EXECUTABLE_LIMIT:
-            raise PlanError(
+            raise SupportOverflow(
                 f"place_storage: tile {physical} needs {end - support_base} bytes of support "
                 f"({row_bytes} exchange rows + {ipu21.ROW_GUARD_BYTES} guard + "
                 f"{4 * code_words} code + {end - table_base} operand tables) but the "
-                f"reservation holds {reservation} bytes [{support_base:#x}, "
+                f"reservation holds {tile_reservation} bytes [{support_base:#x}, "
                 f"{ipu21.EXECUTABLE_LIMIT:#x}); most rows: "
-                f"{_largest_rows(program, numbered, row_words)}"
+                f"{_largest_rows(program, numbered, row_words)}",
+                logical,
+                end - support_base,
             )
         for n, address in enumerate(row_address):
             labels[("row", n)] = address
