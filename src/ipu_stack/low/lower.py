@@ -197,7 +197,7 @@ def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, i
                 value_shards[m.output] = lower_gemm(
                     graph, m, plans[m.id], precision, sub, host_shards, value_shards,
                     ctx.tile_offsets.get(m.name, 0), ctx.tiles, bool(ctx.staged_homes),
-                    ctx.delivered,
+                    ctx.delivered, ctx.prologue if ctx.staged_homes else None,
                 )  # fmt: skip
                 for vid in m.inputs:  # host inputs this gemm delivered are homed there now
                     if graph.value(vid).kind == "host_input" and vid not in value_shards:

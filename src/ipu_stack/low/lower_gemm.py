@@ -137,6 +137,7 @@ def lower_gemm(
     tile_count: int = 0,
     in_loop: bool = False,
     delivered: dict[tuple, str] | None = None,
+    prologue: list[KernelCall] | None = None,
 ) -> list[Shard]:
     """Lower ``op`` under ``plan``; returns the shards of its output value (``in_loop``: a
     loop body's, whose distributed chunks always live in a home: ``GemmProblem.in_loop``).
@@ -153,6 +154,13 @@ def lower_gemm(
     Q, K and V projections of one layer-norm output) reads the blocks there: no gather, no
     exchange phase of its own for them. Values never change once computed, and a gemm's
     operand buffer is written only by its own gather, so the blocks are still there.
+
+    ``prologue`` (a loop body's lowering): where the zero fills of padded moved blocks go
+    when the GEMM has one K step, to run once before the loop instead of every iteration.
+    Each iteration's gather writes the same rows and columns of the block again, never its
+    padding, and a buffer touched before a loop lives through the whole loop
+    (``place/assign.py``): the zeros stay. With several K steps one buffer takes every
+    step's block, and a full block's data would cover the next one's padding.
     """
     eb = precision.element_bytes
     out_precision = lookup_precision(GEMM_OUTPUT_PRECISION[precision.name])
@@ -351,6 +359,9 @@ def lower_gemm(
                 f"{name}.{role}.home",
             )
         fills, moved = _gather_moved(moved_blocks[s], value_shards, eb, name)
+        if prologue is not None and steps_max == 1:
+            prologue += fills  # once, before the loop: see the docstring
+            fills = []
         builder.compute(fills + copies_by_step[s] + moved[0])
         builder.exchange(f"{name} operands step {s}", transfers + moved[1])
         builder.compute(kernels_by_step[s])

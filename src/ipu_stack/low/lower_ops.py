@@ -83,6 +83,8 @@ class OpLowering:
     # left operands produced on chip that a gemm delivered, by delivery (see lower_gemm's
     # ``delivered``): a later gemm with the same left operand and blocks reads them there
     delivered: dict[tuple, str] = field(default_factory=dict)
+    # a loop body's: calls to run once before the loop (zero padding, see lower_gemm)
+    prologue: list[KernelCall] = field(default_factory=list)
     #: value id -> shard count of the value whose bytes it renames (aliases of aliases too)
     alias_base: dict[int, int] = field(default_factory=dict)
     # per op: (calls before exchange, transfers, calls after) for the estimate

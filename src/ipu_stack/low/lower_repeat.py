@@ -150,6 +150,7 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
         c, t = ctx.fetch(outer_v, _requests(targets), op.name)
         before_calls += c
         before_transfers += t
+    before_calls += body_ctx.prologue  # zero padding the body's gathers keep (lower_gemm)
     ctx.builder.compute(before_calls)
     ctx.builder.exchange(f"{op.name} initial", before_transfers)
     before_cost = step_estimate(before_calls, before_transfers, [])
