@@ -44,7 +44,12 @@ def _run(built, params, x, tmp_path, name):
     return next(iter(session.run({"x": x}).values()))
 
 
-def test_a_tile_outgrowing_its_support_gets_more_and_runs_the_same(tmp_path):
+@pytest.mark.parametrize("placed_again", [False, True])
+def test_a_tile_outgrowing_its_support_gets_more_and_runs_the_same(
+    tmp_path, monkeypatch, placed_again
+):
+    if placed_again:  # as if the tile's data reached into the larger reservation
+        monkeypatch.setattr(build_module, "_clear_of", lambda *a: False)
     g, params = _graph()
     built = build(g, BuildConfig(tiles=16, finalists=1, compile_kernels=False))
     support = sorted(_support(built.images).values())
@@ -56,7 +61,8 @@ def test_a_tile_outgrowing_its_support_gets_more_and_runs_the_same(tmp_path):
         built.program, built.placement, built.schedules, built.runtime, trace, small
     )
     grown = [e for e in trace.events if e.get("event") == "support reservation grown"]
-    assert len(grown) == 1
+    assert len(grown) == 1 and grown[0]["data_moved"] == placed_again
+    assert (placement is built.placement) != placed_again
     logical = grown[0]["logical_tile"]
     reservation = grown[0]["reservation_bytes"]
     assert reservation % ipu21.ELEMENT_BYTES == 0 and reservation >= support[-1] > small

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field, replace
 
 from ipu_stack.errors import PlanError
 from ipu_stack.exchange.memo import ScheduleMemo
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule, ScheduleError
+from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.exchange.scheduler import schedule_phase
-from ipu_stack.exchange.verify import verify_schedule
 from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.kernels.build import KernelArtifact, compile_kernels, plan_kernels
@@ -37,7 +36,13 @@ from ipu_stack.package.runtime_program import (
 from ipu_stack.package.runtime_program import describe as describe_runtime
 from ipu_stack.package.schedule_program import Refine, schedule_program
 from ipu_stack.place.assign import Placement, physical_phase, place_program
-from ipu_stack.target.ipu21 import DEFAULT_SUPPORT_RESERVATION_BYTES, ELEMENT_BYTES, TILES
+from ipu_stack.target.ipu21 import (
+    DEFAULT_SUPPORT_RESERVATION_BYTES,
+    ELEMENT_BYTES,
+    EXECUTABLE_LIMIT,
+    INTERLEAVED_BASE,
+    TILES,
+)
 from ipu_stack.tilecode.images import (
     SupportOverflow,
     TileImages,
@@ -195,10 +200,10 @@ def _fitted_tile_code(
     TileImages, Placement, dict[int, tuple[ExchangePhase, PhaseSchedule]], list[TileProgram]
 ]:
     """:func:`_tile_code`; a tile whose support outgrows ``reservation`` gets a larger one
-    (whole 16 KiB elements) and the tiles are placed again with it, while its data fits
-    (else the overflow is the error). Every tile starts at ``reservation``. A phase whose
-    addresses moved keeps its schedule if the verifier accepts it there, else is scheduled
-    again."""
+    (whole 16 KiB elements). Where the tile's data already lies below it nothing moves;
+    else the tiles are placed again with it, while its data fits (else the overflow is the
+    error), and a phase whose addresses moved is scheduled again. Every tile starts at
+    ``reservation``."""
     reservations: dict[int, int] = {}
     while True:
         try:
@@ -210,19 +215,32 @@ def _fitted_tile_code(
             if grown > MAX_SUPPORT_RESERVATION or reservations.get(err.logical_tile, 0) >= grown:
                 raise
             reservations[err.logical_tile] = grown
-            try:
-                again = place_program(program, placement.physical, reservations)
-            except PlanError as placing:
-                raise PlanError(f"{err}; with {grown} bytes of support: {placing}") from None
-            placement = replace(again, mapped=placement.mapped)
+            moved = not _clear_of(placement, err.logical_tile, EXECUTABLE_LIMIT - grown)
             trace.event(
                 "support reservation grown",
                 logical_tile=err.logical_tile,
                 needed_bytes=err.needed,
                 reservation_bytes=grown,
+                data_moved=moved,
             )
+            if not moved:  # the tile's data already lies below the larger reservation
+                continue
+            try:
+                again = place_program(program, placement.physical, reservations)
+            except PlanError as placing:
+                raise PlanError(f"{err}; with {grown} bytes of support: {placing}") from None
+            placement = replace(again, mapped=placement.mapped)
             schedules = _rescheduled(program, placement, schedules)
             runtime = compile_runtime(program, placement, schedules)
+
+
+def _clear_of(placement: Placement, logical_tile: int, support_base: int) -> bool:
+    """Whether no buffer of the tile reaches into a support reservation from ``support_base``
+    (standard region addresses only: the interleaved region lies above it)."""
+    return all(
+        a.address + a.size <= support_base or a.address >= INTERLEAVED_BASE
+        for a in placement.allocations[logical_tile].values()
+    )
 
 
 def _tile_code(
@@ -349,17 +367,15 @@ def _rescheduled(
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
 ) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
     """The schedules of ``program`` on a new placement: a phase whose addresses did not
-    change keeps its schedule, one that the verifier accepts at the new addresses too keeps
-    it with them, and the others are scheduled again."""
+    change keeps its schedule, the others are scheduled again (a schedule depends on the
+    addresses through the memory elements it reads and writes; scheduling again costs about
+    what checking the old schedule would on the largest phases)."""
     out = {}
     for index, (phase, schedule) in schedules.items():
         step = program.steps[index]
         assert isinstance(step, ExchangeStep)
         fresh = physical_phase(step, placement)
         if fresh != phase:
-            try:
-                verify_schedule(fresh, schedule)
-            except ScheduleError:
-                schedule = schedule_phase(fresh, schedule.model)
+            schedule = schedule_phase(fresh, schedule.model)
         out[index] = (fresh, schedule)
     return out
