@@ -36,6 +36,7 @@ from ipu_stack.package.runtime_program import (
 from ipu_stack.package.runtime_program import describe as describe_runtime
 from ipu_stack.package.schedule_program import Refine, schedule_program
 from ipu_stack.place.assign import Placement, physical_phase, place_program
+from ipu_stack.place.sram import element_of
 from ipu_stack.target.ipu21 import (
     DEFAULT_SUPPORT_RESERVATION_BYTES,
     ELEMENT_BYTES,
@@ -202,8 +203,8 @@ def _fitted_tile_code(
     """:func:`_tile_code`; a tile whose support outgrows ``reservation`` gets a larger one
     (whole 16 KiB elements). Where the tile's data already lies below it nothing moves;
     else the tiles are placed again with it, while its data fits (else the overflow is the
-    error), and a phase whose addresses moved is scheduled again. Every tile starts at
-    ``reservation``."""
+    error), and a phase whose buffers changed memory element is scheduled again
+    (:func:`_rescheduled`). Every tile starts at ``reservation``."""
     reservations: dict[int, int] = {}
     while True:
         try:
@@ -229,8 +230,9 @@ def _fitted_tile_code(
                 again = place_program(program, placement.physical, reservations)
             except PlanError as placing:
                 raise PlanError(f"{err}; with {grown} bytes of support: {placing}") from None
-            placement = replace(again, mapped=placement.mapped)
-            schedules = _rescheduled(program, placement, schedules)
+            again = replace(again, mapped=placement.mapped)
+            schedules = _rescheduled(program, placement, again, schedules)
+            placement = again
             runtime = compile_runtime(program, placement, schedules)
 
 
@@ -363,19 +365,34 @@ def _flat(d: dict[str, object], prefix: str = "") -> dict[str, object]:
 
 def _rescheduled(
     program: LowProgram,
+    before: Placement,
     placement: Placement,
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
 ) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
-    """The schedules of ``program`` on a new placement: a phase whose addresses did not
-    change keeps its schedule, the others are scheduled again (a schedule depends on the
-    addresses through the memory elements it reads and writes; scheduling again costs about
-    what checking the old schedule would on the largest phases)."""
+    """The schedules of ``program`` on a new placement. A schedule depends on addresses only
+    through the memory elements its transfers read and write on each tile (facts §5.4:
+    a receive into an element a send reads from serialises); a phase none of whose buffers
+    changed element keeps its schedule at the new addresses, the others are scheduled again."""
+    moved: set[tuple[int, str]] = set()
+    for tile, (old, new) in enumerate(zip(before.allocations, placement.allocations, strict=True)):
+        for name, a in new.items():
+            b = old.get(name)
+            if b is None or _element_span(a.address, a.size) != _element_span(b.address, b.size):
+                moved.add((tile, name))
     out = {}
-    for index, (phase, schedule) in schedules.items():
+    for index, (_, schedule) in schedules.items():
         step = program.steps[index]
         assert isinstance(step, ExchangeStep)
         fresh = physical_phase(step, placement)
-        if fresh != phase:
+        if any(
+            (t.source_tile, t.source.buffer) in moved
+            or any((tile, ref.buffer) in moved for tile, ref in t.destinations)
+            for t in step.transfers
+        ):
             schedule = schedule_phase(fresh, schedule.model)
         out[index] = (fresh, schedule)
     return out
+
+
+def _element_span(address: int, size: int) -> tuple[tuple[str, int], tuple[str, int]]:
+    return element_of(address), element_of(address + max(size, 1) - 1)
