@@ -31,8 +31,8 @@ def _graph() -> tuple[ComputeGraph, dict[str, np.ndarray]]:
     return g, params
 
 
-def _support(images) -> dict[int, int]:
-    return {t.tile: t.row_bytes + ipu21.ROW_GUARD_BYTES + t.code_bytes + t.table_bytes
+def _support(images, tables: bool = True) -> dict[int, int]:
+    return {t.tile: t.row_bytes + ipu21.ROW_GUARD_BYTES + t.code_bytes + tables * t.table_bytes
             for t in images.tiles}  # fmt: skip
 
 
@@ -52,10 +52,9 @@ def test_a_tile_outgrowing_its_support_gets_more_and_runs_the_same(
         monkeypatch.setattr(build_module, "_clear_of", lambda *a: False)
     g, params = _graph()
     built = build(g, BuildConfig(tiles=16, finalists=1, compile_kernels=False))
-    support = sorted(_support(built.images).values())
-    small = (support[-1] + support[-2]) // 2  # the busiest tile does not fit, the others do
-    if small == support[-1]:
-        pytest.skip("two tiles need the same support")
+    support = sorted(_support(built.images, tables=False).values())
+    small = (support[-1] + support[-2]) // 16 * 8  # the busiest tile's rows and code do not fit
+    assert small < support[-1]
     trace = Trace(quiet=True)
     images, placement, schedules, runtime = build_module._fitted_tile_code(
         built.program, built.placement, built.schedules, built.runtime, trace, small
@@ -88,3 +87,30 @@ def test_support_that_cannot_grow_enough_is_the_error(monkeypatch):
         build_module._fitted_tile_code(
             built.program, built.placement, built.schedules, built.runtime, Trace(quiet=True), 64
         )
+
+
+def test_tables_that_do_not_fit_go_above_the_interleaved_data(tmp_path):
+    g, params = _graph()
+    built = build(g, BuildConfig(tiles=16, finalists=1, compile_kernels=False))
+    code = _support(built.images, tables=False)
+    whole = _support(built.images)
+    small = -(-max(code.values()) // 8) * 8  # every tile's rows and code fit (8-byte aligned)
+    tile = max(whole, key=lambda t: (whole[t], t))
+    assert whole[tile] > small  # its tables do not
+    trace = Trace(quiet=True)
+    images, placement, _, _ = build_module._fitted_tile_code(
+        built.program, built.placement, built.schedules, built.runtime, trace, small
+    )
+    assert not [e for e in trace.events if e.get("event") == "support reservation grown"]
+    assert placement is built.placement  # nothing moved
+    image = next(t for t in images.tiles if t.tile == tile)
+    logical = int(np.flatnonzero(placement.physical == tile)[0])
+    # independent of the builder: the tables lie above every buffer, below the loader limit
+    top = max(a.address + a.size for a in placement.allocations[logical].values())
+    (table,) = [(a, len(d)) for a, f, d in image.segments if a >= ipu21.INTERLEAVED_BASE]
+    assert top <= table[0] and table[0] + table[1] <= ipu21.LOADER_LIMIT
+    moved = dataclasses.replace(built, images=images)
+    x = np.random.default_rng(7).uniform(-1, 1, (64, 96)).astype(np.float16)
+    np.testing.assert_array_equal(
+        _run(moved, params, x, tmp_path, "tables"), _run(built, params, x, tmp_path, "plain")
+    )

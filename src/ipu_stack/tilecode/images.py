@@ -3,7 +3,9 @@
 Per tile, the support reservation at the top of the standard region (facts §4.4: 3 x 16 KiB
 below 0x80000, 16 KiB aligned, executable) holds, in order: the tile's exchange rows (every
 phase, loop bodies iteration by iteration), a 64-byte guard, the supervisor code, and the
-operand tables. The entry stub (``setzi $m0, main; br $m0``) sits at 0x4c010 and the kernel
+operand tables. Tables that do not fit there go above every buffer of the tile's interleaved
+region when they fit there (they are read, never executed; no data is ever there).
+The entry stub (``setzi $m0, main; br $m0``) sits at 0x4c010 and the kernel
 entries from 0x4c018 (:mod:`ipu_stack.tilecode.supervisor`). A tile whose support does not fit
 fails the build with the tile and the bytes.
 """
@@ -282,7 +284,17 @@ def build_tile_images(
             table_address.append(cursor)
             cursor += 4 * len(t)
         end = cursor
-        if end > ipu21.EXECUTABLE_LIMIT:
+        spare = _spare_top(placement.allocations[logical])
+        fits_above = spare[1] - spare[0] >= end - table_base
+        code_end = table_base  # rows, guard and code must lie below the executable limit
+        relocated = end > ipu21.EXECUTABLE_LIMIT >= code_end and fits_above
+        if relocated:
+            # the tables go where no data ever is
+            table_base = spare[0]
+            offsets = np.cumsum([0] + [4 * len(t) for t in tables]).tolist()
+            table_address = [table_base + o for o in offsets[:-1]]
+            end = table_base + offsets[-1]
+        if code_end > ipu21.EXECUTABLE_LIMIT or (not relocated and end > ipu21.EXECUTABLE_LIMIT):
             raise SupportOverflow(
                 f"place_storage: tile {physical} needs {end - support_base} bytes of support "
                 f"({row_bytes} exchange rows + {ipu21.ROW_GUARD_BYTES} guard + "
@@ -329,6 +341,17 @@ def build_tile_images(
         ]
         images.append(image)
     return TileImages(images, linked, dict(getattr(rows, "tables", {})))
+
+
+def _spare_top(allocations: dict[str, Any]) -> tuple[int, int]:
+    """The range above every buffer of a tile's interleaved region, up to the loader limit:
+    no data is ever there, so operand tables (read, never executed) may be."""
+    top = max(
+        (a.address + a.size for a in allocations.values() if a.address >= ipu21.INTERLEAVED_BASE),
+        default=ipu21.INTERLEAVED_BASE,
+    )
+    start = -(-top // 8) * 8
+    return start, max(start, ipu21.LOADER_LIMIT)
 
 
 def _largest_rows(
