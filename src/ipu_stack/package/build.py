@@ -212,24 +212,27 @@ def _fitted_tile_code(
                                 reservations)  # fmt: skip
             return images, placement, schedules, runtime
         except SupportOverflow as err:
-            grown = -(-err.needed // ELEMENT_BYTES) * ELEMENT_BYTES
-            if grown > MAX_SUPPORT_RESERVATION or reservations.get(err.logical_tile, 0) >= grown:
-                raise
-            reservations[err.logical_tile] = grown
-            moved = not _clear_of(placement, err.logical_tile, EXECUTABLE_LIMIT - grown)
-            trace.event(
-                "support reservation grown",
-                logical_tile=err.logical_tile,
-                needed_bytes=err.needed,
-                reservation_bytes=grown,
-                data_moved=moved,
-            )
-            if not moved:  # the tile's data already lies below the larger reservation
+            moved = False
+            for tile, needed in sorted(err.needed.items()):
+                grown = -(-needed // ELEMENT_BYTES) * ELEMENT_BYTES
+                if grown > MAX_SUPPORT_RESERVATION or reservations.get(tile, 0) >= grown:
+                    raise
+                reservations[tile] = grown
+                here = not _clear_of(placement, tile, EXECUTABLE_LIMIT - grown)
+                moved |= here
+                trace.event(
+                    "support reservation grown",
+                    logical_tile=tile,
+                    needed_bytes=needed,
+                    reservation_bytes=grown,
+                    data_moved=here,
+                )
+            if not moved:  # the tiles' data already lies below the larger reservations
                 continue
             try:
                 again = place_program(program, placement.physical, reservations)
             except PlanError as placing:
-                raise PlanError(f"{err}; with {grown} bytes of support: {placing}") from None
+                raise PlanError(f"{err}; with larger support reservations: {placing}") from None
             again = replace(again, mapped=placement.mapped)
             schedules = _rescheduled(program, placement, again, schedules)
             placement = again

@@ -40,11 +40,11 @@ SEGMENT_READ, SEGMENT_WRITE, SEGMENT_EXEC = 1, 2, 4  # as the package format's f
 
 
 class SupportOverflow(PlanError):
-    """A tile's rows, code and tables do not fit its support reservation."""
+    """Tiles whose rows, code and tables do not fit their support reservation: the first
+    one's message, and the bytes each needs (by logical tile)."""
 
-    def __init__(self, message: str, logical_tile: int, needed: int) -> None:
+    def __init__(self, message: str, needed: dict[int, int]) -> None:
         super().__init__(message)
-        self.logical_tile = logical_tile
         self.needed = needed
 
 
@@ -239,6 +239,8 @@ def build_tile_images(
     by_tile = calls_by_tile(program)
     loops = _loop_lookups(program)
     images = []
+    overflows: dict[int, int] = {}  # logical tile -> support bytes it needs
+    first_message = ""
     for logical in range(program.tile_count):
         physical = int(placement.physical[logical])
         tile_reservation = (reservations or {}).get(logical, reservation)
@@ -295,16 +297,17 @@ def build_tile_images(
             table_address = [table_base + o for o in offsets[:-1]]
             end = table_base + offsets[-1]
         if code_end > ipu21.EXECUTABLE_LIMIT or (not relocated and end > ipu21.EXECUTABLE_LIMIT):
-            raise SupportOverflow(
-                f"place_storage: tile {physical} needs {end - support_base} bytes of support "
-                f"({row_bytes} exchange rows + {ipu21.ROW_GUARD_BYTES} guard + "
-                f"{4 * code_words} code + {end - table_base} operand tables) but the "
-                f"reservation holds {tile_reservation} bytes [{support_base:#x}, "
-                f"{ipu21.EXECUTABLE_LIMIT:#x}); most rows: "
-                f"{_largest_rows(program, numbered, row_words)}",
-                logical,
-                end - support_base,
-            )
+            if not overflows:  # the first tile's message; every such tile's bytes
+                first_message = (
+                    f"place_storage: tile {physical} needs {end - support_base} bytes of "
+                    f"support ({row_bytes} exchange rows + {ipu21.ROW_GUARD_BYTES} guard + "
+                    f"{4 * code_words} code + {end - table_base} operand tables) but the "
+                    f"reservation holds {tile_reservation} bytes [{support_base:#x}, "
+                    f"{ipu21.EXECUTABLE_LIMIT:#x}); most rows: "
+                    f"{_largest_rows(program, numbered, row_words)}"
+                )
+            overflows[logical] = end - support_base
+            continue
         for n, address in enumerate(row_address):
             labels[("row", n)] = address
         for n, address in enumerate(table_address):
@@ -340,6 +343,8 @@ def build_tile_images(
             (step, i, row_address[n], len(row_words[n])) for (step, i), n in numbered.items()
         ]
         images.append(image)
+    if overflows:
+        raise SupportOverflow(first_message, overflows)
     return TileImages(images, linked, dict(getattr(rows, "tables", {})))
 
 
