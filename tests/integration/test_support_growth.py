@@ -59,11 +59,12 @@ def test_a_tile_outgrowing_its_support_gets_more_and_runs_the_same(
     images, placement, schedules, runtime = build_module._fitted_tile_code(
         built.program, built.placement, built.schedules, built.runtime, trace, small
     )
-    grown = [e for e in trace.events if e.get("event") == "support reservation grown"]
-    assert len(grown) == 1 and grown[0]["data_moved"] == placed_again
+    grown = [e for e in trace.events if e.get("event") == "support reservations grown"]
+    assert len(grown) == 1 and grown[0]["tiles_with_data_moved"] == int(placed_again)
     assert (placement is built.placement) != placed_again
-    logical = grown[0]["logical_tile"]
-    reservation = grown[0]["reservation_bytes"]
+    assert grown[0]["tiles"] == 1
+    logical = grown[0]["busiest_logical_tile"]
+    reservation = grown[0]["largest_reservation_bytes"]
     assert reservation % ipu21.ELEMENT_BYTES == 0 and reservation >= support[-1] > small
     # independent of the allocator: that tile's data lies below its support
     base = ipu21.EXECUTABLE_LIMIT - reservation
@@ -101,7 +102,7 @@ def test_tables_that_do_not_fit_go_above_the_interleaved_data(tmp_path):
     images, placement, _, _ = build_module._fitted_tile_code(
         built.program, built.placement, built.schedules, built.runtime, trace, small
     )
-    assert not [e for e in trace.events if e.get("event") == "support reservation grown"]
+    assert not [e for e in trace.events if e.get("event") == "support reservations grown"]
     assert placement is built.placement  # nothing moved
     image = next(t for t in images.tiles if t.tile == tile)
     logical = int(np.flatnonzero(placement.physical == tile)[0])

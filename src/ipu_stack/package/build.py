@@ -212,21 +212,24 @@ def _fitted_tile_code(
                                 reservations)  # fmt: skip
             return images, placement, schedules, runtime
         except SupportOverflow as err:
-            moved = False
+            moved: list[int] = []
             for tile, needed in sorted(err.needed.items()):
                 grown = -(-needed // ELEMENT_BYTES) * ELEMENT_BYTES
                 if grown > MAX_SUPPORT_RESERVATION or reservations.get(tile, 0) >= grown:
                     raise
                 reservations[tile] = grown
-                here = not _clear_of(placement, tile, EXECUTABLE_LIMIT - grown)
-                moved |= here
-                trace.event(
-                    "support reservation grown",
-                    logical_tile=tile,
-                    needed_bytes=needed,
-                    reservation_bytes=grown,
-                    data_moved=here,
-                )
+                if not _clear_of(placement, tile, EXECUTABLE_LIMIT - grown):
+                    moved.append(tile)
+            needs = err.needed
+            busiest = max(needs, key=lambda t: (needs[t], -t))
+            trace.event(
+                "support reservations grown",
+                tiles=len(needs),
+                busiest_logical_tile=busiest,
+                busiest_needed_bytes=needs[busiest],
+                largest_reservation_bytes=max(reservations.values()),
+                tiles_with_data_moved=len(moved),
+            )
             if not moved:  # the tiles' data already lies below the larger reservations
                 continue
             try:
