@@ -60,6 +60,9 @@ from ipu_stack.trace import Trace
 CAPACITY_SCALES = (1.0, 0.95, 0.85, 0.7)
 FINALIST_EXCHANGE_BUDGET = 0.2  # seconds per phase while comparing finalists (at most)
 
+#: the scheduled exchange phases of a program, by step index
+Schedules = dict[int, tuple[ExchangePhase, PhaseSchedule]]
+
 
 @dataclass(slots=True)
 class BuildConfig:
@@ -84,7 +87,7 @@ class Build:
     graph: ComputeGraph
     program: LowProgram
     placement: Placement
-    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]]
+    schedules: Schedules
     trace: Trace
     plans: dict[int, GemmPlan] = field(default_factory=dict)
     kernels: list[KernelArtifact] = field(default_factory=list)
@@ -193,13 +196,11 @@ MAX_SUPPORT_RESERVATION = 6 * ELEMENT_BYTES
 def _fitted_tile_code(
     program: LowProgram,
     placement: Placement,
-    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+    schedules: Schedules,
     runtime: list[TileProgram],
     trace: Trace,
     reservation: int = DEFAULT_SUPPORT_RESERVATION_BYTES,
-) -> tuple[
-    TileImages, Placement, dict[int, tuple[ExchangePhase, PhaseSchedule]], list[TileProgram]
-]:
+) -> tuple[TileImages, Placement, Schedules, list[TileProgram]]:
     """:func:`_tile_code`; a tile whose support outgrows ``reservation`` gets a larger one
     (whole 16 KiB elements). Where the tile's data already lies below it nothing moves;
     else the tiles are placed again with it, while its data fits (else the overflow is the
@@ -254,7 +255,7 @@ def _clear_of(placement: Placement, logical_tile: int, support_base: int) -> boo
 def _tile_code(
     program: LowProgram,
     placement: Placement,
-    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
+    schedules: Schedules,
     runtime: list[TileProgram],
     trace: Trace,
     reservation: int = DEFAULT_SUPPORT_RESERVATION_BYTES,
@@ -373,8 +374,8 @@ def _rescheduled(
     program: LowProgram,
     before: Placement,
     placement: Placement,
-    schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]],
-) -> dict[int, tuple[ExchangePhase, PhaseSchedule]]:
+    schedules: Schedules,
+) -> Schedules:
     """The schedules of ``program`` on a new placement. A schedule depends on addresses only
     through the memory elements its transfers read and write on each tile (facts §5.4:
     a receive into an element a send reads from serialises); a phase none of whose buffers
