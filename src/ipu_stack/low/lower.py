@@ -90,8 +90,10 @@ def lower_program(
     row_tiles: dict[str, int] | None = None,
     tile_offsets: dict[str, int] | None = None,
     bodies: dict[str, Any] | None = None,
+    hoist_padding: bool = True,
 ) -> LowProgram:
-    """Lower every operation with its chosen plan.
+    """Lower every operation with its chosen plan (``hoist_padding``: loop bodies zero their
+    GEMM operands' padding once, before the loop; see ``lower_gemm``'s ``prologue``).
 
     Args:
         graph: a verified graph.
@@ -105,7 +107,9 @@ def lower_program(
         The program over logical tiles, with host bindings for inputs, parameters, outputs.
     """
     with collector_paused():
-        return _lower_program(graph, plans, tile_count, row_tiles, tile_offsets, bodies)
+        return _lower_program(
+            graph, plans, tile_count, row_tiles, tile_offsets, bodies, hoist_padding
+        )
 
 
 def _lower_program(
@@ -115,6 +119,7 @@ def _lower_program(
     row_tiles: dict[str, int] | None,
     tile_offsets: dict[str, int] | None,
     bodies: dict[str, Any] | None,
+    hoist_padding: bool = True,
 ) -> LowProgram:
     graph.verify()
     builder = ProgramBuilder()
@@ -124,6 +129,7 @@ def _lower_program(
     ctx.row_tiles.update(row_tiles or {})
     ctx.tile_offsets.update(tile_offsets or {})
     ctx.bodies.update(bodies or {})
+    ctx.hoist_padding = hoist_padding
     estimates = lower_operations(ctx, plans)
     bindings = []
     for v in graph.values:
@@ -197,7 +203,7 @@ def lower_operations(ctx: OpLowering, plans: dict[int, GemmPlan]) -> dict[str, i
                 value_shards[m.output] = lower_gemm(
                     graph, m, plans[m.id], precision, sub, host_shards, value_shards,
                     ctx.tile_offsets.get(m.name, 0), ctx.tiles, bool(ctx.staged_homes),
-                    ctx.delivered, ctx.prologue if ctx.staged_homes else None,
+                    ctx.delivered, ctx.prologue if ctx.staged_homes and ctx.hoist_padding else None,
                 )  # fmt: skip
                 for vid in m.inputs:  # host inputs this gemm delivered are homed there now
                     if graph.value(vid).kind == "host_input" and vid not in value_shards:

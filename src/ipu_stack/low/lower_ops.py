@@ -85,6 +85,8 @@ class OpLowering:
     delivered: dict[tuple, str] = field(default_factory=dict)
     # a loop body's: calls to run once before the loop (zero padding, see lower_gemm)
     prologue: list[KernelCall] = field(default_factory=list)
+    # whether loop bodies put their padding fills in ``prologue`` (placement may need them not to)
+    hoist_padding: bool = True
     #: value id -> shard count of the value whose bytes it renames (aliases of aliases too)
     alias_base: dict[int, int] = field(default_factory=dict)
     # per op: (calls before exchange, transfers, calls after) for the estimate

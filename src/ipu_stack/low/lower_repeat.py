@@ -116,6 +116,7 @@ def lower_repeat(ctx: OpLowering, op: Operation) -> tuple[list[Shard], int]:
     body_ctx.row_tiles.update(finalist.row_tiles)
     body_ctx.staged.update(finalist.staged)
     body_ctx.staged_homes = True
+    body_ctx.hoist_padding = ctx.hoist_padding
     body_ctx.tile_offsets.update(ctx.tile_offsets)
     body_ctx.bodies.update(ctx.bodies)
     estimates = lower_operations(body_ctx, plans)

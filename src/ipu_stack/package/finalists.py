@@ -100,7 +100,17 @@ def place_finalist(graph: ComputeGraph, finalist: Finalist, tiles: int, trace: T
         estimated_cycles=finalist.branch.cycles,
         estimated_exchange_cycles=finalist.branch.exchange_cycles,
     )
-    placement = place_program(program, mapping.physical)
+    try:
+        placement = place_program(program, mapping.physical)
+    except PlanError:
+        if not any(op.kind == "repeat" for op in graph.operations):
+            raise
+        # A loop's padding zeroed once keeps those operand buffers for the whole loop: lower
+        # and place again with the zeroing in every iteration before a tighter plan is tried.
+        program = lower_program(graph, plans, tiles, finalist.row_tiles, offsets, bodies, False)
+        mapping = screen_mappings(program)
+        placement = place_program(program, mapping.physical)
+        trace.event("placed with loop padding zeroed every iteration", finalist=finalist.index)
     placement.mapped = mapping.mapped
     return Placed(finalist, program, placement, plans)
 
