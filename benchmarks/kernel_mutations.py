@@ -1076,7 +1076,8 @@ MUTANTS += [
     (EW, C2W, "copy2d words: word store step 2", "st32step $a0, $m3, $m4+=, 1", "st32step $a0, $m3, $m4+=, 2", 0),
     (EW, C2W, "copy2d words: unit of 8 bytes", " .set C2_UNIT, 4", " .set C2_UNIT, 8", 0),
     (EW, C2A4, "copy2d words at 4 mod 8: load from the store's base", "ld32step $a0, $m1, $m4+=, 0", "ld32step $a0, $m3, $m4+=, 0", 1),
-]
+]  # fmt: skip
+
 
 def _mutate(text: str, old: str, new: str, occurrence: int) -> str:
     start = -1

@@ -32,6 +32,19 @@ def _repeated() -> tuple[ComputeGraph, str]:
     return g, y.name
 
 
+def _check_against_reference(g: ComputeGraph, built, out_name: str, seed: int) -> None:
+    """The simulated loop equals the graph's reference within F16 accuracy."""
+    rng = np.random.default_rng(seed)
+    feeds = {
+        "x": rng.uniform(-1, 1, (T, H)).astype(np.float16),
+        "W1": (rng.uniform(-1, 1, (N, H, INNER)) * 0.15).astype(np.float16),
+        "W2": (rng.uniform(-1, 1, (N, INNER, H)) * 0.15).astype(np.float16),
+    }
+    got = SimDevice().run(built.program, built.placement, built.schedules, feeds).outputs[out_name]
+    want = evaluate_reference(g, feeds)[out_name].astype(np.float64)
+    assert np.abs(got.astype(np.float64) - want).max() <= 0.02 * np.abs(want).max()
+
+
 def _refs(obj: object) -> list[Ref]:
     """Every buffer reference of a call (its fields, views' refs, tuples of them)."""
     out: list[Ref] = []
@@ -99,15 +112,7 @@ def test_padding_is_filled_once_and_kept_for_the_whole_loop(monkeypatch, widened
     assert (not clashes) == widened, clashes[:3]
     if not widened:
         return
-    rng = np.random.default_rng(0)
-    feeds = {
-        "x": rng.uniform(-1, 1, (T, H)).astype(np.float16),
-        "W1": (rng.uniform(-1, 1, (N, H, INNER)) * 0.15).astype(np.float16),
-        "W2": (rng.uniform(-1, 1, (N, INNER, H)) * 0.15).astype(np.float16),
-    }
-    got = SimDevice().run(built.program, built.placement, built.schedules, feeds).outputs[out_name]
-    want = evaluate_reference(g, feeds)[out_name].astype(np.float64)
-    assert np.abs(got.astype(np.float64) - want).max() <= 0.02 * np.abs(want).max()
+    _check_against_reference(g, built, out_name, seed=0)
 
 
 def test_a_placement_that_fails_is_tried_again_with_padding_zeroed_every_iteration(monkeypatch):
@@ -134,12 +139,4 @@ def test_a_placement_that_fails_is_tried_again_with_padding_zeroed_every_iterati
     fills = [c for s in body if isinstance(s, ComputeStep) for c in s.calls
              if isinstance(c, FillCall) and c.dst.buffer.endswith(".left")]  # fmt: skip
     assert fills  # zeroed in the body again
-    rng = np.random.default_rng(1)
-    feeds = {
-        "x": rng.uniform(-1, 1, (T, H)).astype(np.float16),
-        "W1": (rng.uniform(-1, 1, (N, H, INNER)) * 0.15).astype(np.float16),
-        "W2": (rng.uniform(-1, 1, (N, INNER, H)) * 0.15).astype(np.float16),
-    }
-    got = SimDevice().run(built.program, built.placement, built.schedules, feeds).outputs[out_name]
-    want = evaluate_reference(g, feeds)[out_name].astype(np.float64)
-    assert np.abs(got.astype(np.float64) - want).max() <= 0.02 * np.abs(want).max()
+    _check_against_reference(g, built, out_name, seed=1)

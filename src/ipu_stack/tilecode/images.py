@@ -286,10 +286,11 @@ def build_tile_images(
             table_address.append(cursor)
             cursor += 4 * len(t)
         end = cursor
-        spare = _spare_top(placement.allocations[logical])
-        fits_above = spare[1] - spare[0] >= end - table_base
         code_end = table_base  # rows, guard and code must lie below the executable limit
-        relocated = end > ipu21.EXECUTABLE_LIMIT >= code_end and fits_above
+        relocated = False
+        if end > ipu21.EXECUTABLE_LIMIT >= code_end:
+            spare = _spare_top(placement.allocations[logical])
+            relocated = spare[1] - spare[0] >= end - table_base
         if relocated:
             # the tables go where no data ever is
             table_base = spare[0]
