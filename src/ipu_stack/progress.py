@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ipu_stack.low.program import LowProgram, RepeatStep, Step
+from ipu_stack.low.program import LowProgram, RepeatStep, Step, step_runs
 from ipu_stack.trace import Trace
 
 
@@ -141,16 +141,11 @@ class ProgressTrace(Trace):
 
 def executed_steps(program: LowProgram) -> int:
     """Steps the simulator executes (a loop body once per iteration)."""
-    total, index, steps = 0, 0, program.steps
-    while index < len(steps):
-        step = steps[index]
-        if isinstance(step, RepeatStep):
-            total += step.count * step.length
-            index += 1 + step.length
-        else:
-            total += 1
-            index += 1
-    return total
+    steps = program.steps
+    return sum(
+        runs for runs, step in zip(step_runs(steps), steps, strict=True)
+        if not isinstance(step, RepeatStep)
+    )  # fmt: skip
 
 
 class SimulationProgress:

@@ -5,6 +5,7 @@ and the placement keeps those buffers to themselves for the whole loop."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -115,28 +116,81 @@ def test_padding_is_filled_once_and_kept_for_the_whole_loop(monkeypatch, widened
     _check_against_reference(g, built, out_name, seed=0)
 
 
-def test_a_placement_that_fails_is_tried_again_with_padding_zeroed_every_iteration(monkeypatch):
+def _hoisted_placements_fail(monkeypatch, rounds: int) -> list[object]:
+    """``place_program`` refuses the first lowering (padding zeroed once) of the first
+    ``rounds`` capacity rounds, as if the loop's kept buffers took the room."""
     from ipu_stack.errors import PlanError
     from ipu_stack.package import finalists
 
     real = finalists.place_program
-    calls = []
+    calls: list[object] = []
 
-    def first_fails(program, *args, **kwargs):
+    def refuse(program, *args, **kwargs):
         calls.append(program)
-        if len(calls) == 1:
+        if len(calls) % 2 == 1 and len(calls) < 2 * rounds:
             raise PlanError("tile 0: no room (as if the loop's zeroed buffers took it)")
         return real(program, *args, **kwargs)
 
-    monkeypatch.setattr(finalists, "place_program", first_fails)
-    g, out_name = _repeated()
-    built = build(g, BuildConfig(tiles=64, compile_kernels=False, finalists=1))
-    assert any(e.get("event") == "placed with loop padding zeroed every iteration"
-               for e in built.trace.events)  # fmt: skip
+    monkeypatch.setattr(finalists, "place_program", refuse)
+    return calls
+
+
+def _body_fills(built) -> list[FillCall]:
     steps = built.program.steps
     loop = next(i for i, s in enumerate(steps) if isinstance(s, RepeatStep))
     body = steps[loop + 1 : loop + 1 + steps[loop].length]
-    fills = [c for s in body if isinstance(s, ComputeStep) for c in s.calls
-             if isinstance(c, FillCall) and c.dst.buffer.endswith(".left")]  # fmt: skip
-    assert fills  # zeroed in the body again
+    return [c for s in body if isinstance(s, ComputeStep) for c in s.calls
+            if isinstance(c, FillCall) and c.dst.buffer.endswith(".left")]  # fmt: skip
+
+
+def _events(built, name: str) -> list[dict]:
+    return [e for e in built.trace.events if e.get("event") == name]
+
+
+def test_a_placement_that_fails_is_tried_again_with_padding_zeroed_every_iteration(monkeypatch):
+    calls = _hoisted_placements_fail(monkeypatch, rounds=2)
+    g, out_name = _repeated()
+    built = build(g, BuildConfig(tiles=64, compile_kernels=False, finalists=1))
+    assert len(_events(built, "placed with loop padding zeroed every iteration")) == 2
+    # the round after a plan with its padding zeroed every iteration: no third round
+    (compared,) = _events(built, "compared plans of two capacity rounds")
+    assert not compared["padding_hoisted"] and len(calls) == 4
+    assert _body_fills(built)  # zeroed in the body again
     _check_against_reference(g, built, out_name, seed=1)
+
+
+def test_the_next_rounds_plan_with_padding_zeroed_once_is_kept_when_faster(monkeypatch):
+    """A plan that only fits with its loop padding zeroed every iteration is compared with the
+    next capacity round's, on the cycles the simulator will charge; the loop's phases count
+    once per iteration there, so the prediction is the simulated figure."""
+    from ipu_stack.package.finalists import predicted_cycles
+
+    _hoisted_placements_fail(monkeypatch, rounds=1)
+    g, out_name = _repeated()
+    built = build(g, BuildConfig(tiles=64, compile_kernels=False, finalists=1))
+    (compared,) = _events(built, "compared plans of two capacity rounds")
+    assert compared["padding_hoisted"] and compared["capacity_scale"] < 1.0
+    faster = compared["predicted_cycles"] < compared["earlier_predicted_cycles"]
+    assert compared["kept"] == ("this" if faster else "earlier")
+    assert (not _body_fills(built)) == faster
+    rng = np.random.default_rng(2)
+    feeds = {
+        "x": rng.uniform(-1, 1, (T, H)).astype(np.float16),
+        "W1": (rng.uniform(-1, 1, (N, H, INNER)) * 0.15).astype(np.float16),
+        "W2": (rng.uniform(-1, 1, (N, INNER, H)) * 0.15).astype(np.float16),
+    }
+    run = SimDevice().run(built.program, built.placement, built.schedules, feeds)
+    kept = min(compared["predicted_cycles"], compared["earlier_predicted_cycles"])
+    assert run.cycles == kept
+    selected = SimpleNamespace(program=built.program, schedules=built.schedules)
+    assert predicted_cycles(selected) == run.cycles  # type: ignore[arg-type]
+    _check_against_reference(g, built, out_name, seed=3)
+
+
+def test_a_plan_that_fits_with_its_padding_zeroed_once_ends_the_rounds():
+    g, _ = _repeated()
+    built = build(g, BuildConfig(tiles=64, compile_kernels=False, finalists=1))
+    assert not _events(built, "compared plans of two capacity rounds")
+    assert len(_events(built, "package build phase finished")) >= 1
+    assert sum(e["phase"] == "lower_mid" for e in
+               _events(built, "package build phase finished")) == 1  # fmt: skip

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+
 import numpy as np
 
 from ipu_stack.kernels.registry import gemm_kernel
@@ -83,3 +86,11 @@ def call_cycles(call: KernelCall) -> int:
     if isinstance(call, MapCall):
         return map_call_cycles(call)
     return copy_call_cycles(call)
+
+
+def busiest_tile_cycles(calls: Iterable[KernelCall]) -> int:
+    """The largest per-tile sum of call cycles: what a compute step of these calls takes."""
+    per_tile: dict[int, int] = defaultdict(int)
+    for call in calls:
+        per_tile[call.tile] += call_cycles(call)
+    return max(per_tile.values(), default=0)

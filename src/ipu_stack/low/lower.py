@@ -10,7 +10,7 @@ import numpy as np
 from ipu_stack.errors import GraphError
 from ipu_stack.gc_pause import collector_paused
 from ipu_stack.graph.compute_graph import ComputeGraph, GemmOp, Value
-from ipu_stack.low.costs import call_cycles
+from ipu_stack.low.costs import busiest_tile_cycles
 from ipu_stack.low.gemm_groups import delivery_groups, merge_members
 from ipu_stack.low.in_place import write_in_place
 from ipu_stack.low.lower_gemm import folded_shapes, lower_gemm
@@ -229,12 +229,6 @@ def step_estimate(
 ) -> int:
     """Busiest-tile cycles of an operation's local work, exchange (endpoint words + sync)."""
 
-    def busiest(calls: list[KernelCall]) -> int:
-        per_tile: dict[int, int] = defaultdict(int)
-        for call in calls:
-            per_tile[call.tile] += call_cycles(call)
-        return max(per_tile.values(), default=0)
-
     exchange = 0
     if transfers:
         words = np.array([t.words for t in transfers], dtype=np.int64)
@@ -244,7 +238,7 @@ def step_estimate(
         sent = _tile_sums(sources, words)
         received = _tile_sums(dests, np.repeat(words, fan))
         exchange = EXCHANGE_PHASE_OVERHEAD + max(sent, received)
-    return busiest(before) + exchange + busiest(after)
+    return busiest_tile_cycles(before) + exchange + busiest_tile_cycles(after)
 
 
 def _tile_sums(tiles: np.ndarray, words: np.ndarray) -> int:

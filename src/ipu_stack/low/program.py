@@ -188,6 +188,16 @@ class RepeatStep:
 Step = ComputeStep | ExchangeStep | RepeatStep
 
 
+def step_runs(steps: list[Step]) -> list[int]:
+    """How many times each step runs: a loop body's steps ``count`` times, the rest (and the
+    ``RepeatStep`` markers themselves) once. Loops do not nest (the supervisor refuses it)."""
+    runs = [1] * len(steps)
+    for index, step in enumerate(steps):
+        if isinstance(step, RepeatStep):
+            runs[index + 1 : index + 1 + step.length] = [step.count] * step.length
+    return runs
+
+
 @dataclass(frozen=True, slots=True)
 class Shard:
     """Part of a value held on one tile.

@@ -26,7 +26,12 @@ from ipu_stack.kernels.toolchain import Toolchain
 from ipu_stack.low.program import ComputeStep, ExchangeStep, GemmCall, LowProgram
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import DEFAULT_BEAM_WIDTH, DEFAULT_FINALISTS, Finalist, lower_mid
-from ipu_stack.package.finalists import Evaluated, evaluate, evaluate_finalists
+from ipu_stack.package.finalists import (
+    Evaluated,
+    evaluate,
+    evaluate_finalists,
+    predicted_cycles,
+)
 from ipu_stack.package.runtime_program import (
     TileProgram,
     _gemm_symbols,
@@ -140,9 +145,17 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
                 graph, config.tiles, config.finalists, config.beam_width, trace, scale
             )
         with trace.phase("select_finalist"):
-            selected, error = _select_finalist(graph, finalists, config, trace)
-        if selected is not None:
+            found, error = _select_finalist(graph, finalists, config, trace)
+        if selected is not None:  # the one round after a plan with its loop padding zeroed
+            selected = _faster(selected, found, scale, trace) if found else selected
             break
+        selected = found
+        if selected is not None and selected.padding_hoisted:
+            break
+        # If its loops zero their padded operand blocks in every iteration (it did not fit
+        # with the zeroing done once, before the loop), which neither the planner nor the
+        # refined cycles count, the next round's plan, for a tighter memory model, may fit
+        # with it hoisted and be faster: one round more, and the faster of the two is kept.
     if selected is None:
         assert error is not None
         raise error
@@ -353,6 +366,23 @@ def _select_finalist(
         )
         return best, None
     return None, error
+
+
+def _faster(kept: Evaluated | None, found: Evaluated, scale: float, trace: Trace) -> Evaluated:
+    """``found`` (planned at capacity ``scale``) or the plan ``kept`` from an earlier round,
+    whichever the simulator's clock will charge fewer cycles (:func:`predicted_cycles`)."""
+    if kept is None:
+        return found
+    before, now = predicted_cycles(kept), predicted_cycles(found)
+    trace.event(
+        "compared plans of two capacity rounds",
+        capacity_scale=scale,
+        predicted_cycles=now,
+        padding_hoisted=found.padding_hoisted,
+        earlier_predicted_cycles=before,
+        kept="this" if now < before else "earlier",
+    )
+    return found if now < before else kept
 
 
 def _quick_budget(config: BuildConfig) -> float:

@@ -28,8 +28,9 @@ from ipu_stack.errors import PlanError
 from ipu_stack.exchange.memo import ScheduleMemo
 from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
 from ipu_stack.graph.compute_graph import ComputeGraph
+from ipu_stack.low.costs import busiest_tile_cycles
 from ipu_stack.low.lower import lower_program
-from ipu_stack.low.program import LowProgram
+from ipu_stack.low.program import ComputeStep, ExchangeStep, LowProgram, step_runs
 from ipu_stack.mid.gemm_plan import GemmPlan
 from ipu_stack.mid.lower_mid import Finalist
 from ipu_stack.package.schedule_program import (
@@ -56,6 +57,9 @@ class Placed:
     program: LowProgram
     placement: Placement
     plans: dict[int, GemmPlan]
+    #: False when the loops' padded operand blocks are zeroed in every iteration (the
+    #: finalist did not fit with them zeroed once, before the loop)
+    padding_hoisted: bool = True
 
 
 @dataclass(slots=True)
@@ -68,6 +72,7 @@ class Evaluated:
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]]
     plans: dict[int, GemmPlan]
     refined_cycles: int
+    padding_hoisted: bool = True
 
 
 def place_finalist(graph: ComputeGraph, finalist: Finalist, tiles: int, trace: Trace) -> Placed:
@@ -100,6 +105,7 @@ def place_finalist(graph: ComputeGraph, finalist: Finalist, tiles: int, trace: T
         estimated_cycles=finalist.branch.cycles,
         estimated_exchange_cycles=finalist.branch.exchange_cycles,
     )
+    hoisted = True
     try:
         placement = place_program(program, mapping.physical)
     except PlanError:
@@ -111,8 +117,9 @@ def place_finalist(graph: ComputeGraph, finalist: Finalist, tiles: int, trace: T
         mapping = screen_mappings(program)
         placement = place_program(program, mapping.physical)
         trace.event("placed with loop padding zeroed every iteration", finalist=finalist.index)
+        hoisted = False
     placement.mapped = mapping.mapped
-    return Placed(finalist, program, placement, plans)
+    return Placed(finalist, program, placement, plans, hoisted)
 
 
 def refined_cycles(finalist: Finalist, scheduled: int, trace: Trace, mapped: bool) -> int:
@@ -131,6 +138,22 @@ def refined_cycles(finalist: Finalist, scheduled: int, trace: Trace, mapped: boo
     return refined
 
 
+def predicted_cycles(evaluated: Evaluated) -> int:
+    """The cycles the simulator's clock will charge the evaluated program: each compute
+    step's busiest tile (the target formulas, as the simulator charges them) and each
+    exchange step's scheduled horizon plus sync, times the iterations the step runs. Unlike
+    the refined cycles, this counts what lowering added (copies, zero fills, a loop's
+    padding zeroed in every iteration) and a loop body's phases once per iteration."""
+    steps = evaluated.program.steps
+    total = 0
+    for index, (runs, step) in enumerate(zip(step_runs(steps), steps, strict=True)):
+        if isinstance(step, ComputeStep):
+            total += runs * busiest_tile_cycles(step.calls)
+        elif isinstance(step, ExchangeStep):
+            total += runs * (SYNC_CYCLES + evaluated.schedules[index][1].horizon)
+    return total
+
+
 def evaluate(
     graph: ComputeGraph,
     finalist: Finalist,
@@ -147,7 +170,10 @@ def evaluate(
     )
     scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
     refined = refined_cycles(finalist, scheduled, trace, placed.placement.mapped)
-    return Evaluated(finalist, placed.program, placed.placement, schedules, placed.plans, refined)
+    return Evaluated(
+        finalist, placed.program, placed.placement, schedules, placed.plans, refined,
+        placed.padding_hoisted,
+    )  # fmt: skip
 
 
 def evaluate_finalists(
@@ -244,8 +270,9 @@ def _side_by_side(
         scheduled = sum(SYNC_CYCLES + s.horizon for _, s in schedules.values())
         refined = refined_cycles(finalists[0], scheduled, trace, placed.placement.mapped)
         kept = Evaluated(
-            finalists[0], placed.program, placed.placement, schedules, placed.plans, refined
-        )
+            finalists[0], placed.program, placed.placement, schedules, placed.plans, refined,
+            placed.padding_hoisted,
+        )  # fmt: skip
         outcomes.append((refined, trace.events, None))
     else:
         outcomes.append((None, trace.events, error))
