@@ -138,6 +138,7 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
     graph.verify()
     selected: Evaluated | None = None
     error: PlanError | None = None
+    memo = ScheduleMemo()  # rounds share it: their plans have most phases alike
     for scale in CAPACITY_SCALES:
         # A tighter memory model on retry leaves room for allocator losses.
         with trace.phase("lower_mid"):
@@ -145,9 +146,13 @@ def _build(graph: ComputeGraph, config: BuildConfig | None, trace: Trace | None)
                 graph, config.tiles, config.finalists, config.beam_width, trace, scale
             )
         with trace.phase("select_finalist"):
-            found, error = _select_finalist(graph, finalists, config, trace)
+            last = scale == CAPACITY_SCALES[-1]
+            found, error = _select_finalist(graph, finalists, config, trace, memo, last)
         if selected is not None:  # the one round after a plan with its loop padding zeroed
             selected = _faster(selected, found, scale, trace) if found else selected
+            if not selected.full_schedules:
+                with trace.phase("select_finalist"):
+                    selected = _refined(selected, config, trace, memo)
             break
         selected = found
         if selected is not None and selected.padding_hoisted:
@@ -299,17 +304,22 @@ def _tile_code(
 
 
 def _select_finalist(
-    graph: ComputeGraph, finalists: list[Finalist], config: BuildConfig, trace: Trace
+    graph: ComputeGraph,
+    finalists: list[Finalist],
+    config: BuildConfig,
+    trace: Trace,
+    memo: ScheduleMemo,
+    refine_degraded: bool = True,
 ) -> tuple[Evaluated | None, PlanError | None]:
     """Evaluate the finalists physically; keep the one with the fewest refined cycles.
 
     Past the logged finalists come leaner fallbacks: they are tried only if no finalist
-    could be placed.
+    could be placed. Without ``refine_degraded``, a selection whose loop padding is zeroed
+    every iteration keeps its quick schedules (:func:`_refined` once it is kept).
     """
     error: PlanError | None = None
     head = finalists[: config.finalists]
     winner: tuple[int, Finalist] | None = None
-    memo = ScheduleMemo()
     outcomes, kept = evaluate_finalists(graph, head, config.tiles, _quick_budget(config), memo)
     for finalist, (refined, events, err) in zip(head, outcomes, strict=True):
         for event in events:  # replayed in finalist order: the trace stays deterministic
@@ -341,21 +351,8 @@ def _select_finalist(
                     memo,
                     parallel=True,
                 )
-            refine = Refine(
-                _quick_budget(config),
-                int(config.exchange_refine_share * best.refined_cycles),
-            )
-            best.schedules = schedule_program(
-                best.program,
-                best.placement,
-                config.exchange_time_budget,
-                trace,
-                True,
-                memo,
-                parallel=True,
-                refine=refine,
-                phases={index: phase for index, (phase, _) in best.schedules.items()},
-            )
+            if best.padding_hoisted or refine_degraded:
+                best = _refined(best, config, trace, memo)
         except PlanError as err:
             error = err
             continue
@@ -366,6 +363,25 @@ def _select_finalist(
         )
         return best, None
     return None, error
+
+
+def _refined(best: Evaluated, config: BuildConfig, trace: Trace, memo: ScheduleMemo) -> Evaluated:
+    """``best`` rescheduled at the full budget where the gap its quick schedules leave could
+    be worth it; every schedule it keeps is verified."""
+    refine = Refine(_quick_budget(config), int(config.exchange_refine_share * best.refined_cycles))
+    best.schedules = schedule_program(
+        best.program,
+        best.placement,
+        config.exchange_time_budget,
+        trace,
+        True,
+        memo,
+        parallel=True,
+        refine=refine,
+        phases={index: phase for index, (phase, _) in best.schedules.items()},
+    )
+    best.full_schedules = True
+    return best
 
 
 def _faster(kept: Evaluated | None, found: Evaluated, scale: float, trace: Trace) -> Evaluated:

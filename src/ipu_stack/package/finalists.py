@@ -73,6 +73,9 @@ class Evaluated:
     plans: dict[int, GemmPlan]
     refined_cycles: int
     padding_hoisted: bool = True
+    #: whether ``schedules`` are the final ones (quick ones rescheduled where it pays, every
+    #: one verified), not only the quick schedules finalists are compared on
+    full_schedules: bool = False
 
 
 def place_finalist(graph: ComputeGraph, finalist: Finalist, tiles: int, trace: Trace) -> Placed:
