@@ -169,3 +169,23 @@ def test_a_fully_padded_sequence_matches_onnxruntime(stem):
         got = np.asarray(ours[name], np.float64).reshape(want.shape)
         assert np.isfinite(got).all(), name
         np.testing.assert_allclose(got, want, atol=2e-3 * float(np.abs(want).max()))
+
+
+def test_run_check_feeds_integer_inputs_as_the_model_declares_them(tmp_path):
+    """``run --random-inputs --check`` on an export with int64 ids and mask: the package holds
+    them as i32 (0 or 1 drawn); onnxruntime gets them as int64, the same values."""
+    import subprocess
+    import sys
+
+    path = EXPORTS / "bert_ids__legacy17.onnx"
+    package = tmp_path / "bert.ipuexe"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ipu_stack.cli", *args], capture_output=True,
+                              text=True, timeout=600, check=False)  # fmt: skip
+
+    built = cli("compile", str(path), "-o", str(package), "--tiles", "16", "--finalists", "1")
+    assert built.returncode == 0, built.stderr[-2000:]
+    done = cli("run", str(package), "--random-inputs", "--check", str(path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "PASS" in done.stdout

@@ -309,7 +309,7 @@ def test_unused_inputs_are_ignored_and_unused_nodes_not_emitted():
 
 def test_symbolic_dimensions_need_input_shapes():
     model = make_model([node("Softmax", ["x"], ["y"])], {"x": ("batch", 8)}, ["y"])
-    with pytest.raises(GraphError, match=r"'x' has a symbolic .* input_shapes"):
+    with pytest.raises(GraphError, match=r"'x' has a symbolic .* --input-shape x=.* input_shapes"):
         import_onnx(model)
     graph, _ = import_onnx(model, input_shapes={"x": (3, 8)})
     assert graph.value(graph.outputs[0]).shape == (3, 8)
@@ -642,3 +642,42 @@ def test_feeds_check_inputs():
     with pytest.raises(GraphError, match="expected shape"):
         bindings.feeds({"x": np.zeros((2, 2))})
     assert bindings.feeds({"x": np.zeros((3, 7))})["x"].dtype == np.float32
+
+
+def test_folding_a_constant_log_of_zero_warns_nothing():
+    """T5's position buckets take log(0) in a constant subgraph: folded quietly, as onnxruntime
+    computes it (-inf, then clipped), with no NumPy warning on the user's terminal."""
+    import warnings
+
+    nodes = [
+        node("Log", ["zero_one"], ["logs"]),  # [-inf, 0]
+        node("Max", ["logs", "floor"], ["clipped"]),  # [-5, 0]
+        node("Add", ["x", "clipped"], ["y"]),
+    ]
+    model = make_model(
+        nodes, {"x": (2,)}, ["y"],
+        {"zero_one": np.array([0.0, 1.0], np.float32), "floor": np.array([-5.0], np.float32)},
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        graph, bindings = import_onnx(model)
+    x = np.array([1.0, 2.0], np.float32)
+    got = evaluate_reference(graph, bindings.feeds({"x": x}))[graph.value(graph.outputs[0]).name]
+    np.testing.assert_allclose(np.asarray(got, np.float64).ravel(), [-4.0, 2.0])
+
+
+def test_a_pad_of_zeros_is_an_identity_and_other_pads_are_refused():
+    zeros = make_model(
+        [node("Pad", ["x", "pads"], ["p"]), node("Add", ["p", "x"], ["y"])],
+        {"x": (2, 3)}, ["y"], {"pads": np.zeros(4, np.int64)},
+    )  # fmt: skip
+    graph, bindings = import_onnx(zeros)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = evaluate_reference(graph, bindings.feeds({"x": x}))[graph.value(graph.outputs[0]).name]
+    np.testing.assert_array_equal(np.asarray(got).reshape(2, 3), 2 * x)
+    padded = make_model(
+        [node("Pad", ["x", "pads"], ["y"])], {"x": (2, 3)}, ["y"],
+        {"pads": np.array([0, 0, 0, 1], np.int64)},
+    )  # fmt: skip
+    with pytest.raises(GraphError, match=r"pads \[0, 0, 0, 1\]: only all-zero pads"):
+        import_onnx(padded)

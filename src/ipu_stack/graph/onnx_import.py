@@ -17,6 +17,7 @@ the ONNX node, its op type and why.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,8 @@ NUMPY_OF = {"f32": np.float32, "f16": np.float16}
 #: Op types the importer emits (others only fold to constants or sit inside a pattern).
 EMITTERS = {**onnx_ops.EMITTERS, **onnx_ops_exported.EMITTERS, **onnx_ops_integer.EMITTERS}
 SUPPORTED_OPS = tuple(sorted(EMITTERS))
+#: nodes named in full by the error when several cannot be imported (the rest are counted)
+MAX_FAILURES_NAMED = 4
 #: Never folded, even with constant inputs: their result is not a function of their inputs.
 NONDETERMINISTIC = ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                     "RandomUniform", "RandomUniformLike")  # fmt: skip
@@ -345,9 +348,11 @@ class Importer:
         if len(failures) == 1:
             raise GraphError(failures[0])
         if failures:
-            raise GraphError(
-                f"{len(failures)} ONNX nodes cannot be imported:\n" + "\n".join(failures)
-            )
+            # one line (the command line prints an error's first): the first few in full
+            shown = " | ".join(failures[:MAX_FAILURES_NAMED])
+            more = len(failures) - MAX_FAILURES_NAMED
+            rest = f" | and {more} more" if more > 0 else ""
+            raise GraphError(f"{len(failures)} ONNX nodes cannot be imported: {shown}{rest}")
         self._outputs()
         self.bindings.ignored_inputs = tuple(n for n in self.inputs if n not in self.env)
         self.graph.verify()
@@ -388,7 +393,11 @@ class Importer:
                 continue
             results: Any = None
             try:
-                results = ReferenceEvaluator(node).run(None, {n: constants[n] for n in inputs})
+                # folded values that overflow or divide by zero are the model's (T5's
+                # position buckets take log(0)): no NumPy warnings on the user's terminal
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    results = ReferenceEvaluator(node).run(None, {n: constants[n] for n in inputs})
             except Exception as err:  # the reference raises whatever NumPy raises
                 failure = f"{type(err).__name__}: {err}"
                 try:  # a NumPy implementation where the reference fails (GatherElements)
@@ -497,8 +506,7 @@ class Importer:
         if integer and "i32" in PRECISIONS:  # token ids: i32 host inputs (issue 11 part B)
             shape = self.index.shapes.get(name)
             if shape is None:
-                raise GraphError(f"graph input {name!r} has a symbolic or unknown shape; pass "
-                                 f"input_shapes={{{name!r}: (...)}}")  # fmt: skip
+                raise GraphError(_symbolic_shape(name))
             value = self.graph.host_input(self._fresh(name), shape or (1,), "i32")
             self.env[name] = value
             self.bindings.inputs[name] = value
@@ -515,10 +523,7 @@ class Importer:
             )
         shape = self.index.shapes.get(name)
         if shape is None:
-            raise GraphError(
-                f"graph input {name!r} has a symbolic or unknown shape; pass "
-                f"input_shapes={{{name!r}: (...)}}"
-            )
+            raise GraphError(_symbolic_shape(name))
         if 0 in shape:
             raise GraphError(f"graph input {name!r} has an empty dimension: shape {shape}")
         value = self.graph.host_input(self._fresh(name), shape or (1,), PRECISION_OF[elem])
@@ -643,3 +648,11 @@ class Importer:
         if not values:
             raise GraphError("the ONNX graph has no outputs")
         self.graph.set_outputs(*values)
+
+
+def _symbolic_shape(name: str) -> str:
+    """The error for a graph input without a fixed shape: how to give one, both ways."""
+    return (
+        f"graph input {name!r} has a symbolic or unknown shape; give it with "
+        f"--input-shape {name}=D1,D2,... (Python: input_shapes={{{name!r}: (...)}})"
+    )

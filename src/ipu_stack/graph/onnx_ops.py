@@ -181,6 +181,21 @@ def emit_identity(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value
     return imp.value(node.input[0])
 
 
+def emit_pad(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """Pad whose pads fold to zeros (Swin pads its windows by ``(-size) % window``): the
+    input unchanged. Any other padding is refused."""
+    if len(node.input) > 1 and node.input[1]:
+        pads = imp.constant(node.input[1])
+        if pads is None:
+            raise GraphError("pads computed at run time are not supported (only all-zero pads)")
+        values = [int(v) for v in np.asarray(pads).ravel()]
+    else:  # opset < 11: an attribute
+        values = [int(v) for a in node.attribute if a.name == "pads" for v in a.ints]
+    if any(values):
+        raise GraphError(f"pads {values}: only all-zero pads (an identity) are supported")
+    return imp.value(node.input[0])
+
+
 def emit_cast(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     to = _int(node, "to", 0)
     if to not in PRECISION_OF:
@@ -495,6 +510,7 @@ EMITTERS: dict[str, Emitter] = {
     "Gelu": emit_gelu,
     "Gemm": emit_gemm,
     "Identity": emit_identity,
+    "Pad": emit_pad,
     "LayerNormalization": emit_layer_norm,
     "MatMul": emit_matmul,
     "Mul": emit_mul,

@@ -127,7 +127,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="data of an input (repeatable)",
     )
     run.add_argument(
-        "--random-inputs", action="store_true", help="uniform(-1, 1) data for inputs not given"
+        "--random-inputs",
+        action="store_true",
+        help="data for inputs not given: uniform(-1, 1) floats, integers 0 or 1",
     )
     run.add_argument(
         "--cast-inputs",
@@ -301,7 +303,11 @@ def _run(args: argparse.Namespace) -> int:
                 raise GraphError(
                     f"no data for input {name!r}; pass --input {name}=FILE.npy or --random-inputs"
                 )
-            inputs[name] = rng.uniform(-1, 1, b["shape"]).astype(host_dtype(b["dtype"]))
+            dtype = np.dtype(host_dtype(b["dtype"]))
+            if dtype.kind in "iub":  # token ids, positions, masks: 0 and 1 are valid for all
+                inputs[name] = rng.integers(0, 2, b["shape"]).astype(dtype)
+            else:
+                inputs[name] = rng.uniform(-1, 1, b["shape"]).astype(dtype)
     session.initialize()
     from ipu_stack.progress import SimulationProgress, enabled
 

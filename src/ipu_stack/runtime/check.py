@@ -22,6 +22,16 @@ from ipu_stack.onnx_job import TOLERANCE
 
 #: ONNX Runtime input types a float input of another width is converted to
 _FLOAT_INPUTS = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+#: ... and those an integer (or boolean) input is converted to: a package holds token ids and
+#: masks as i32 where exporters declare int64 (or bool); the values are the same
+_INTEGER_INPUTS = {
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
 #: default cosine bound of a package with F8 weights (the So400m issue's accuracy criterion)
 F8_MIN_COSINE = 0.99
 
@@ -80,6 +90,8 @@ def check_outputs(
         # (exact), so the reference runs the model as exported
         if i.type in _FLOAT_INPUTS and feeds[i.name].dtype.kind == "f":
             feeds[i.name] = feeds[i.name].astype(_FLOAT_INPUTS[i.type])
+        elif i.type in _INTEGER_INPUTS and feeds[i.name].dtype.kind in "iub":
+            feeds[i.name] = feeds[i.name].astype(_INTEGER_INPUTS[i.type])
     try:
         results = session.run(names, feeds)
     except Exception as err:  # onnxruntime's own exception types: a model/package mismatch
