@@ -48,9 +48,9 @@ def test_symbolic_input_needs_input_shape(tmp_path, capsys):
 
 
 def test_unsupported_operator_exits_2_naming_the_node(tmp_path, capsys):
-    path = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="act")], {"x": [4]})
+    path = _save(tmp_path, [helper.make_node("Elu", ["x"], ["y"], name="act")], {"x": [4]})
     assert main(["onnx", path]) == 2
-    assert "ONNX node 'act' (Relu): op type 'Relu' is not supported" in capsys.readouterr().err
+    assert "ONNX node 'act' (Elu): op type 'Elu' is not supported" in capsys.readouterr().err
 
 
 def test_weights_that_cannot_fit_exit_2_with_the_shortfall(tmp_path, capsys):

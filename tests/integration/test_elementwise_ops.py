@@ -22,6 +22,7 @@ def _numpy(kind: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         "sqrt": np.sqrt(np.abs(x)),
         "reciprocal": 1 / x,
         "neg": -x,
+        "relu": np.maximum(x, 0),
         "pow3": x**3,
         "pow_half": np.abs(x) ** 0.5,
         "sub": x - y,
@@ -45,6 +46,7 @@ def _graph(kind: str, dtype: str) -> ComputeGraph:
         "sqrt": lambda: g.sqrt(xc),
         "reciprocal": lambda: g.reciprocal(xc),
         "neg": lambda: g.neg(xc),
+        "relu": lambda: g.relu(xc),
         "pow3": lambda: g.pow(xc, 3.0),
         "pow_half": lambda: g.pow(xc, 0.5),
         "sub": lambda: g.sub(xc, y),
@@ -57,7 +59,7 @@ def _graph(kind: str, dtype: str) -> ComputeGraph:
     return g
 
 
-KINDS = ["gelu_tanh", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow3", "pow_half",
+KINDS = ["gelu_tanh", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "relu", "pow3", "pow_half",
          "sub", "div", "sub_row", "div_col", "reduce_mean"]  # fmt: skip
 
 

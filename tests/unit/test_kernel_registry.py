@@ -203,6 +203,7 @@ _REPRESENTATIVE_UNITS = {
     "sqrt": "sqrt_f32_n100",
     "reciprocal": "reciprocal_f16_n200",
     "neg": "neg_f16_n200",
+    "relu": "relu_f32_n100",
     "pow": "pow_f32_e3_n100",
 }
 

@@ -98,6 +98,7 @@ CASES = {
     "tanh": (_unary("Tanh"), "tanh"),
     "sigmoid": (_unary("Sigmoid"), "sigmoid"),
     "neg": (_unary("Neg"), "neg"),
+    "relu": (_unary("Relu"), "relu"),
     "reciprocal": (_unary("Reciprocal"), "reciprocal"),
     "sqrt": (_positive_sqrt, "sqrt"),
     "pow_cube": (
@@ -237,7 +238,7 @@ def test_refusal_names_node_and_attribute(name):
 
 def test_three_unsupported_nodes_are_named_in_one_error():
     nodes = [
-        node("Relu", ["x"], ["a"]),
+        node("Elu", ["x"], ["a"]),
         node("Conv", ["img", "wt"], ["b"], kernel_shape=[3, 3], strides=[1, 1]),
         node("Erf", ["x"], ["c"]),
         node("Add", ["a", "x"], ["d"]),  # depends on a failed node: not reported again
@@ -253,6 +254,6 @@ def test_three_unsupported_nodes_are_named_in_one_error():
     assert head == "3 ONNX nodes cannot be imported"
     parts = rest.split(" | ")
     assert len(parts) == 3
-    assert parts[0].startswith("ONNX node 'relu_a' (Relu): op type 'Relu' is not supported")
+    assert parts[0].startswith("ONNX node 'elu_a' (Elu): op type 'Elu' is not supported")
     assert parts[1].startswith("ONNX node 'conv_b' (Conv): strides=[1, 1] != kernel_shape")
     assert parts[2].startswith("ONNX node 'erf_c' (Erf): op type 'Erf' is not supported")

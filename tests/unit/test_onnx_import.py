@@ -543,7 +543,7 @@ def _output_type(model: onnx.ModelProto, elem: int) -> onnx.ModelProto:
 
 
 REFUSALS = {
-    "unknown_op": (lambda: _single("Relu", {"x": (4,)}), r"'relu_y' \(Relu\): op type 'Relu'"),
+    "unknown_op": (lambda: _single("Elu", {"x": (4,)}), r"'elu_y' \(Elu\): op type 'Elu'"),
     "gelu_fast": (
         lambda: _single("Gelu", {"x": (4,)}, approximate="fast"),
         r"\(Gelu\): approximate='fast' is not supported",

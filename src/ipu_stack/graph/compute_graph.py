@@ -315,6 +315,10 @@ class ComputeGraph(IndexingOps):
         """-x."""
         return self.unary("neg", x, name)
 
+    def relu(self, x: Value, name: str | None = None) -> Value:
+        """max(x, 0)."""
+        return self.unary("relu", x, name)
+
     def pow(self, x: Value, exponent: float, name: str | None = None) -> Value:
         """x ** exponent for a constant exponent."""
         return self.unary("pow", x, name, exponent=float(exponent))

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ipu_stack.graph.compute_graph import Operation
 
 #: one-operand functions, by kind (``pow`` takes a constant ``exponent`` attribute)
-UNARY = ("tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow")
+UNARY = ("tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow", "relu")
 #: two-operand functions with NumPy broadcasting (besides add and mul)
 BINARY = ("sub", "div")
 #: every kind this module defines (reduce_mean: mean over the last axis, keepdims)
@@ -56,6 +56,8 @@ def reference_elementwise(op: Operation, args: list[np.ndarray]) -> np.ndarray |
             return 1.0 / x
         if kind == "neg":
             return -x
+        if kind == "relu":
+            return np.maximum(x, 0.0)
         if kind == "pow":
             return np.power(x, float(op.attr("exponent")))
         return x.mean(axis=-1, keepdims=True)

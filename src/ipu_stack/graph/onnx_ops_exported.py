@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 #: ONNX op type -> ComputeGraph elementwise function
 UNARY_OPS = {"Tanh": "tanh", "Sigmoid": "sigmoid", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
-             "Neg": "neg"}  # fmt: skip
+             "Neg": "neg", "Relu": "relu"}  # fmt: skip
 
 
 def _unary(kind: str) -> Emitter:

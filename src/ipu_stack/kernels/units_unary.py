@@ -42,7 +42,7 @@ BROADCAST_TEMPLATE = TEMPLATE_DIR / "broadcast.S"
 
 #: unary.S operation codes (UN_OP)
 UNARY_OPS = {"tanh": 1, "sigmoid": 2, "sqrt": 3, "reciprocal": 4, "neg": 5, "pow": 6,
-             "sub": 7, "div": 8}  # fmt: skip
+             "sub": 7, "div": 8, "relu": 11}  # fmt: skip
 #: unary.S column form only (UN_COL): add and mul of [R, 1] columns
 COLUMN_OPS = {**UNARY_OPS, "add": 9, "mul": 10}
 #: pow exponents with device code: name tag -> (exponent, UN_POW code)
@@ -52,9 +52,9 @@ MAX_ITEMS = 65530  # the workers divide by 6 exactly below 2**16
 GUARD = 64  # kernel-run: bytes checked untouched before and after the output, above the stack
 
 _NAME = re.compile(
-    r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|sub|div)_(?P<p>f16|f32)_n(?P<n>\d+)"
+    r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div)_(?P<p>f16|f32)_n(?P<n>\d+)"
     r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)|gelu_tanh_f32_n(?P<tn>\d+)"
-    r"|(?P<ck>tanh|sigmoid|sqrt|reciprocal|neg|sub|div|add|mul|pow)_(?P<cp>f16|f32)"
+    r"|(?P<ck>tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div|add|mul|pow)_(?P<cp>f16|f32)"
     r"(?:_e(?P<ce>2|3|4|0p5|m0p5|m1|m2))?_(?P<cform>col|colscalar)_r(?P<cr>\d+)"
     r"|(?P<bop>add|mul|r?sub|r?div)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast|rowbcast)"
     r"_r(?P<r>\d+)_c(?P<c>\d+))$"
@@ -240,7 +240,11 @@ def _operands(unit: UnaryUnit, rng: np.random.Generator) -> list[np.ndarray]:
     elif kind in ("reciprocal", "div") or (kind == "pow" and e.startswith("m")):
         a = away_from_zero(n) if kind != "div" else rng.uniform(-2, 2, n)
     else:
-        a = rng.uniform(-4, 4, n) if kind in ("tanh", "sigmoid", "neg") else rng.uniform(-2, 2, n)
+        a = (
+            rng.uniform(-4, 4, n)
+            if kind in ("tanh", "sigmoid", "neg", "relu")
+            else rng.uniform(-2, 2, n)
+        )
     args = [a.astype(dtype)]
     if unit.column and unit.inputs == 2:
         size = 1 if unit.form == "colscalar" else n

@@ -11,7 +11,9 @@ import numpy as np
 from ipu_stack.low.program import MapCall
 
 #: kinds defined here
-SIM_KINDS = ("sub", "div", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow", "reduce_mean")
+SIM_KINDS = (
+    "sub", "div", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow", "relu", "reduce_mean",
+)  # fmt: skip
 _SQRT_2_OVER_PI = np.float32(0.7978845608028654)
 _GELU_CUBIC = np.float32(0.044715)
 
@@ -45,6 +47,8 @@ def elementwise_semantics(call: MapCall, x: list[np.ndarray]) -> np.ndarray | No
             return one / a
         if kind == "neg":
             return -a
+        if kind == "relu":
+            return np.maximum(a, np.float32(0.0))
         if kind == "pow":
             return np.power(a, np.float32(call.attr("exponent")))
         return a.sum(axis=-1, keepdims=True, dtype=np.float32) / np.float32(a.shape[-1])

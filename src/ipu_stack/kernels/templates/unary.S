@@ -1,14 +1,14 @@
 // unary.S -- IPU21 elementwise functions on one tile, F16 or F32 in and out, f32 arithmetic
 // rounded once to the output type (the registry's semantics, runtime/elementwise_sim.py):
-//   tanh, sigmoid, sqrt, reciprocal, neg, pow with a constant exponent, and the two-operand
+//   tanh, sigmoid, sqrt, reciprocal, neg, relu, pow with a constant exponent, and the two-operand
 //   sub and div (equal shapes).
 //
 // Written for ipu-stack from the Tile Vertex ISA (ld32step/ld64step, rpt, runall, exitz,
-// f16v2tof32/f32v2tof16, f32v2add/sub/mul, f32div, f32sqrt, f32sigm, f32tanh; hover text of
+// f16v2tof32/f32v2tof16, f32v2add/sub/mul/max, f32div, f32sqrt, f32sigm, f32tanh; hover text of
 // graphcore/ipu_assembly_support) and shared/docs/ipu21-facts.md §16. Unit names (kernels/
-// units_unary.py): {tanh|sigmoid|sqrt|reciprocal|neg|sub|div}_{f16|f32}_n{N},
+// units_unary.py): {tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div}_{f16|f32}_n{N},
 // pow_{f16|f32}_e{E}_n{N}, N even:
-//   UN_OP      1 tanh, 2 sigmoid, 3 sqrt, 4 reciprocal, 5 neg, 6 pow, 7 sub, 8 div
+//   UN_OP      1 tanh, 2 sigmoid, 3 sqrt, 4 reciprocal, 5 neg, 6 pow, 7 sub, 8 div, 11 relu
 //   UN_POW     pow: 1 x^2, 2 x^3, 3 x^4, 4 x^0.5, 5 x^-0.5, 6 x^-1, 7 x^-2
 //   UN_ITEMS   pairs of elements (N / 2)
 //   UN_F32     f32 data (64-bit items), else f16 (32-bit items, widened to f32)
@@ -56,6 +56,8 @@
  .set FRAME_BYTES, 32
 #if UN_OP == 5
  .set K_BITS, 0xBF800000       // -1: neg multiplies
+#elif UN_OP == 11
+ .set K_BITS, 0                // 0: relu takes the larger of x and zero
 #else
  .set K_BITS, 0x3F800000       // 1: the dividend of reciprocals
 #endif
@@ -142,6 +144,11 @@ UN_SYMBOL:
   nop
   f32v2mul $a4:5, $a0:1, $a2:3
  }
+#elif UN_OP == 11
+ {
+  nop
+  f32v2max $a4:5, $a0:1, $a14:15
+ }
 #elif UN_OP == 6 && (UN_POW == 1 || UN_POW == 2 || UN_POW == 3 || UN_POW == 7)
  {
   nop
@@ -203,7 +210,7 @@ UN_SYMBOL:
   ld64step $a0:1, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7
+#if UN_OP >= 7 && UN_OP <= 10
  {
   ld64step $a2:3, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP
   fnop
@@ -223,7 +230,7 @@ UN_SYMBOL:
   ld64step $a6:7, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7
+#if UN_OP >= 7 && UN_OP <= 10
  {
   ld64step $a8:9, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP
   f16v2tof32 $a0:1, $a6
@@ -266,7 +273,7 @@ UN_SYMBOL:
   ld64step $a0:1, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7
+#if UN_OP >= 7 && UN_OP <= 10
  {
   ld64step $a2:3, $m2, $m4+=, 0
   fnop
@@ -282,7 +289,7 @@ UN_SYMBOL:
   ld32step $a6, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7
+#if UN_OP >= 7 && UN_OP <= 10
  {
   ld32step $a7, $m2, $m4+=, 0
   f16v2tof32 $a0:1, $a6
