@@ -19,7 +19,6 @@ UNSUPPORTED = {
     "test_cast_DOUBLE_to_FLOAT": "graph input 'input' is double",
     "test_cast_FLOAT_to_BFLOAT16": "cast to bfloat16 is not supported",
     "test_layer_normalization_default_axis": "output(s) 'Mean', 'InvStdDev' are not supported",
-    "test_slice_neg_steps": "steps [-1, -3, -2] are not supported",
 }
 #: One plain float case per op type: these go through build and the simulator.
 SUPPORTED = [
@@ -31,6 +30,7 @@ SUPPORTED = [
     "test_mul_bcast",
     "test_reshape_zero_and_negative_dim",
     "test_slice_negative_axes",
+    "test_slice_neg_steps",  # strided (and reversed) slices: runs of indices, concatenated
     "test_softmax_axis_0",
     "test_transpose_all_permutations_4",
 ]

@@ -560,17 +560,6 @@ REFUSALS = {
         ),
         r"'shape_s' \(Shape\): .*static shapes; not known: 'x'",
     ),
-    "slice_step_two": (
-        lambda: _single(
-            "Slice",
-            {"x": (8,)},
-            {
-                k: np.array([v], np.int64)
-                for k, v in {"starts": 0, "ends": 8, "axes": 0, "steps": 2}.items()
-            },
-        ),
-        r"\(Slice\): steps \[2\] are not supported",
-    ),
     "cast_to_int": (
         lambda: _output_type(_single("Cast", {"x": (4,)}, to=TensorProto.INT8), TensorProto.INT8),
         r"\(Cast\): cast to int8 is not supported",
@@ -681,3 +670,27 @@ def test_a_pad_of_zeros_is_an_identity_and_other_pads_are_refused():
     )  # fmt: skip
     with pytest.raises(GraphError, match=r"pads \[0, 0, 0, 1\]: only all-zero pads"):
         import_onnx(padded)
+
+
+@pytest.mark.parametrize(
+    ("starts", "ends", "axes", "steps"),
+    [
+        ([0], [6], [1], [2]),  # every second row (Swin's patch merging)
+        ([1, 0], [6, 4], [1, 2], [2, 3]),  # two axes, odd start
+        ([-1], [-7], [1], [-1]),  # reversed
+        ([5, 3], [0, 0], [1, 2], [-2, -2]),  # reversed with strides, ends excluded
+    ],
+)
+def test_strided_slices_match_numpy(starts, ends, axes, steps):
+    x = np.arange(2 * 6 * 4, dtype=np.float32).reshape(2, 6, 4)
+    model = make_model(
+        [node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])],
+        {"x": x.shape}, ["y"],
+        {name: np.array(v, np.int64) for name, v in
+         [("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps)]},
+    )  # fmt: skip
+    graph, bindings = import_onnx(model)
+    got = evaluate_reference(graph, bindings.feeds({"x": x}))
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    out = np.asarray(got[graph.value(graph.outputs[0]).name])
+    np.testing.assert_array_equal(out.reshape(want.shape), want)

@@ -367,8 +367,42 @@ def emit_slice(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
         axes = _ints(_required_constant(imp, node, 3, "axes")) if _input(node, 3) else None
         steps = _ints(_required_constant(imp, node, 4, "steps")) if _input(node, 4) else None
     if steps is not None and any(s != 1 for s in steps):
-        raise GraphError(f"steps {steps} are not supported; ipu-stack slices with step 1")
+        return _strided_slice(imp, node, x, starts, ends, axes, steps)
     return imp.graph.slice(x, starts, ends, axes, name=imp.op_name(imp.label(node)))
+
+
+def _strided_slice(
+    imp: Importer,
+    node: NodeProto,
+    x: Value,
+    starts: list[int],
+    ends: list[int],
+    axes: list[int] | None,
+    steps: list[int],
+) -> Value:
+    """Slice with steps other than 1 (Swin's patch merging takes every second row and
+    column): the indices each axis keeps, as NumPy (and ONNX) slicing clamps them, taken as
+    runs of consecutive indices joined by a concat."""
+    from ipu_stack.graph.onnx_ops_exported import take_indices
+
+    rank, out = len(x.shape), imp.label(node)
+    axes = list(range(len(starts))) if axes is None else axes
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise GraphError(
+            f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length"
+        )
+    y = x
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        if not -rank <= axis < rank:
+            raise GraphError(f"axis {axis} out of range for shape {x.shape}")
+        if step == 0:
+            raise GraphError(f"steps {steps}: a step of 0 is invalid")
+        axis %= rank
+        keep = np.arange(x.shape[axis])[slice(start, end, step)]
+        if keep.size == 0:
+            raise GraphError(f"axis {axis} of {x.shape} sliced [{start}:{end}:{step}] is empty")
+        y = take_indices(imp, y, keep, axis, imp.op_name(f"{out}/axis{axis}"))
+    return imp.graph.view(y, list(y.shape), name=imp.op_name(out))
 
 
 # -- attention ----------------------------------------------------------------------------------
