@@ -136,6 +136,18 @@ CASES = {
         lambda: _gemm_then("ReduceMean", {}, opset=17, axes=[2], keepdims=0),
         "reduce_mean",
     ),
+    "reduce_mean_trailing_two": (
+        lambda: _gemm_then("ReduceMean", {}, opset=17, axes=[-2, -1]),
+        "reduce_mean",
+    ),
+    "reduce_mean_all_nokeep": (
+        lambda: _gemm_then("ReduceMean", {}, opset=17, keepdims=0),
+        "reduce_mean",
+    ),
+    "global_average_pool": (
+        lambda: make_model([node("GlobalAveragePool", ["x"], ["y"])], {"x": (2, 3, 4, 5)}, ["y"]),
+        "reduce_mean",
+    ),
     "gelu_tanh_op": (_unary("Gelu", approximate="tanh"), "gelu"),
     "gelu_tanh_legacy": (lambda: _gelu_tanh_legacy(0), "gelu"),
     "gelu_tanh_legacy_swapped": (lambda: _gelu_tanh_legacy(1), "gelu"),
@@ -211,7 +223,7 @@ REFUSALS = {
     ),
     "reduce_mean_axis0": (
         lambda: make_model([node("ReduceMean", ["x"], ["y"], axes=[0])], {"x": X}, ["y"], opset=17),
-        r"\(ReduceMean\): axes \[0\] of shape \(3, 5, 7\): only the last axis",
+        r"\(ReduceMean\): axes \[0\] of shape \(3, 5, 7\): only trailing axes",
     ),
     "pow_tensor_exponent": (
         lambda: make_model([node("Pow", ["x", "e"], ["y"])], {"x": X, "e": (7,)}, ["y"]),

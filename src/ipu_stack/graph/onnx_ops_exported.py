@@ -87,7 +87,8 @@ def emit_gelu_any(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value
 
 
 def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    """ReduceMean over the last axis (axes an attribute before opset 18, an input after)."""
+    """ReduceMean over trailing axes (axes an attribute before opset 18, an input after);
+    several are merged into one row by a view (a global average pool over H and W)."""
     x = imp.value(node.input[0])
     rank = len(x.shape)
     if imp.opset >= 18:
@@ -102,12 +103,39 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
     normal = sorted({a % rank for a in axes if -rank <= a < rank})
     if len(normal) != len(axes):
         raise GraphError(f"axes {axes} out of range for shape {x.shape}")
-    if normal != [rank - 1] and not (normal == list(range(rank)) and rank == 1):
-        raise GraphError(f"axes {axes} of shape {x.shape}: only the last axis is supported")
+    first = normal[0]
+    if normal != list(range(first, rank)):
+        raise GraphError(
+            f"axes {axes} of shape {x.shape}: only trailing axes are supported "
+            f"(the last {rank - first} would be)"
+        )
     keep = _int(node, "keepdims", 1)
     out = imp.label(node)
+    kept_shape = [*x.shape[:first], *([1] * (rank - first) if keep else [])] or [1]
+    if first < rank - 1:  # several trailing axes: one row each
+        rows = imp.graph.view(
+            x,
+            [*x.shape[:first], int(np.prod(x.shape[first:]))]
+            if first
+            else [1, int(np.prod(x.shape))],
+            name=imp.op_name(f"{out}/rows"),
+        )
+        y = imp.graph.reduce_mean(rows, name=imp.op_name(f"{out}/mean"))
+        return imp.graph.view(y, kept_shape, name=imp.op_name(out))
     y = imp.graph.reduce_mean(x, name=imp.op_name(out if keep else f"{out}/mean"))
     return y if keep else imp.graph.view(y, x.shape[:-1] or (1,), name=imp.op_name(out))
+
+
+def emit_global_average_pool(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """GlobalAveragePool: the mean over every axis after N and C, kept as ones."""
+    g, out = imp.graph, imp.label(node)
+    x = imp.value(node.input[0])
+    if len(x.shape) < 3:
+        raise GraphError(f"input shape {x.shape}: GlobalAveragePool needs N, C and spatial axes")
+    n, c = x.shape[0], x.shape[1]
+    rows = g.view(x, [n, c, int(np.prod(x.shape[2:]))], name=imp.op_name(f"{out}/rows"))
+    y = g.reduce_mean(rows, name=imp.op_name(f"{out}/mean"))
+    return g.view(y, [n, c, *([1] * (len(x.shape) - 2))], name=imp.op_name(out))
 
 
 def emit_rms_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -368,6 +396,7 @@ EMITTERS: dict[str, Emitter] = {
     "Div": emit_div_any,
     "Gelu": emit_gelu_any,
     "ReduceMean": emit_reduce_mean,
+    "GlobalAveragePool": emit_global_average_pool,
     "RMSNormalization": emit_rms_norm,
     "Split": emit_split,
     "Concat": emit_concat,
