@@ -302,3 +302,56 @@ def test_an_int64_input_outside_int32_is_refused_naming_position_and_value():
     bad[2, 3] = 2**33
     with pytest.raises(GraphError, match=r"'a' holds 8589934592 at position \(2, 3\), outside"):
         bindings.feeds({"a": bad, "x": X})
+
+
+@pytest.mark.parametrize(
+    ("axis", "exclusive", "reverse"), [(1, 0, 0), (-1, 1, 0), (1, 0, 1), (0, 1, 1)]
+)
+@pytest.mark.parametrize("simulate", [False, True])
+def test_cumsum_of_run_time_integers_and_floats(axis, exclusive, reverse, simulate):
+    """RoBERTa's position ids: ``cumsum(ids != pad) * mask + pad`` on int64 ids; and a float
+    CumSum along another axis. Both against onnxruntime, on the reference and the simulator."""
+    ids = RNG.integers(0, 4, (3, 7)).astype(np.int64)
+    nodes = [
+        n("Equal", ["ids", "pad"], ["is_pad"]), n("Not", ["is_pad"], ["keep"]),
+        n("Cast", ["keep"], ["keep_i"], to=TensorProto.INT64),
+        n("CumSum", ["keep_i", "axis"], ["counts"], exclusive=exclusive, reverse=reverse),
+        n("Mul", ["counts", "keep_i"], ["kept"]), n("Add", ["kept", "pad"], ["positions"]),
+        n("Cast", ["positions"], ["positions_f"], to=F32),
+        n("CumSum", ["x", "axis0"], ["running"], exclusive=exclusive, reverse=reverse),
+    ]  # fmt: skip
+    m = model(
+        nodes, {"ids": (I64, (3, 7)), "x": (F32, (3, 7))},
+        {"positions_f": (F32, None), "running": (F32, None)},
+        {"pad": np.array(1, np.int64), "axis": np.array(axis, np.int64),
+         "axis0": np.array(0 if axis != 0 else 1, np.int64)},
+    )  # fmt: skip
+    x = RNG.standard_normal((3, 7)).astype(np.float32)
+    check(m, {"ids": ids, "x": x}, simulate=simulate)
+
+
+def test_cumsum_over_too_long_an_axis_is_refused():
+    m = model([n("CumSum", ["x", "axis"], ["y"])], {"x": (F32, (2, 4096))}, {"y": (F32, None)},
+              {"axis": np.array(1, np.int64)})  # fmt: skip
+    with pytest.raises(GraphError, match=r"4096 long; CumSum is taken over at most 2048"):
+        import_onnx(m)
+
+
+@pytest.mark.parametrize("simulate", [False, True])
+def test_gather_elements_of_a_repeated_constant_table(simulate):
+    """RoBERTa gathers its token-type buffer (one line, expanded) at the position ids."""
+    line = np.array([5, 0, 3, 9, 2, 7], np.int64)
+    table = np.broadcast_to(line, (3, 6)).copy()
+    nodes = [n("GatherElements", ["table", "ids"], ["picked"], axis=1),
+             n("Cast", ["picked"], ["y"], to=F32)]  # fmt: skip
+    m = model(nodes, {"ids": (I64, (3, 4))}, {"y": (F32, None)}, {"table": table})
+    ids = RNG.integers(0, 6, (3, 4)).astype(np.int64)
+    check(m, {"ids": ids}, simulate=simulate)
+
+
+def test_gather_elements_of_differing_lines_is_refused():
+    table = np.arange(18, dtype=np.float32).reshape(3, 6)
+    m = model([n("GatherElements", ["table", "ids"], ["y"], axis=1)], {"ids": (I64, (3, 4))},
+              {"y": (F32, None)}, {"table": table})  # fmt: skip
+    with pytest.raises(GraphError, match=r"differs between its lines along axis 1"):
+        import_onnx(m)

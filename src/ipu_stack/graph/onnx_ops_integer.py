@@ -14,6 +14,9 @@ are checked to fit int32 when fed.
 - ``Where`` with a run-time condition: the graph ``where``;
 - ``Expand``: a broadcast, emitted as an add of zeros shaped like the new axes only;
 - ``Sub`` of two i32 values: ``a + b * -1``;
+- ``CumSum`` (RoBERTa's position ids, ``cumsum(ids != pad) * mask + pad``): a GEMM with a
+  constant triangle of ones along the summed axis, in f32 for i32 values (exact below 2**24;
+  the extent is at most ``MAX_CUMSUM_EXTENT``) and cast back;
 - ``GatherND``: with constant indices, the picked rows as slices (+ a concat); with run-time
   indices, one row ``gather`` from the data viewed as ``[rows, rest]`` at the flat row
   ``sum_k idx[..., k] * stride_k`` computed in i32 (batch axes as constant components); for
@@ -172,6 +175,76 @@ def emit_expand(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     else:
         zeros = imp.derived(out, "broadcast", np.zeros(zeros_shape), x)
     return imp.graph.add(x, zeros, name=imp.op_name(out))
+
+
+#: the longest axis a CumSum is taken over (its triangle of ones is extent**2 f32 weights)
+MAX_CUMSUM_EXTENT = 2048
+
+
+def emit_cumsum(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """``CumSum(x, axis)`` as ``x @ T`` along the axis, ``T`` a constant triangle of ones
+    (``exclusive`` drops the diagonal, ``reverse`` mirrors it); i32 values are summed in f32
+    (exact while every partial sum stays below 2**24) and cast back."""
+    g, out = imp.graph, imp.label(node)
+    x = imp.value(node.input[0])
+    rank = len(x.shape)
+    axis_value = _required_constant(imp, node, 1, "axis")
+    axis = int(np.asarray(axis_value).reshape(-1)[0])
+    if not -rank <= axis < rank:
+        raise GraphError(f"axis {axis} out of range for shape {x.shape}")
+    axis %= rank
+    n = x.shape[axis]
+    if n > MAX_CUMSUM_EXTENT:
+        raise GraphError(
+            f"axis {axis} of {x.shape} is {n} long; CumSum is taken over at most "
+            f"{MAX_CUMSUM_EXTENT} (a {n} x {n} triangle of weights)"
+        )
+    i, j = np.indices((n, n))
+    ones = (i >= j) if _int(node, "reverse", 0) else (i <= j)
+    if _int(node, "exclusive", 0):
+        ones &= i != j
+    work = g.cast(x, "f32", name=imp.op_name(f"{out}/f32")) if x.dtype == "i32" else x
+    perm = [a for a in range(rank) if a != axis] + [axis]
+    moved = work if axis == rank - 1 else g.transpose(work, perm, name=imp.op_name(f"{out}/last"))
+    rows = g.view(moved, [int(np.prod(moved.shape[:-1])), n], name=imp.op_name(f"{out}/rows"))
+    triangle = imp.derived(out, "triangle", ones.astype(np.float64), work)
+    summed = g.gemm(rows, triangle, name=imp.op_name(f"{out}/sums"))
+    y = g.view(summed, moved.shape, name=imp.op_name(f"{out}/shape"))
+    if axis != rank - 1:
+        back = [perm.index(a) for a in range(rank)]
+        y = g.transpose(y, back, name=imp.op_name(f"{out}/back"))
+    return g.cast(y, "i32", name=imp.op_name(out)) if x.dtype == "i32" else y
+
+
+def emit_gather_elements(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """``GatherElements(data, indices, axis)`` with constant ``data`` whose every line along
+    ``axis`` is the same (RoBERTa gathers its zero token-type buffer at the position ids): a
+    table lookup of that line at the run-time indices, which faults on an index outside it.
+    Integer data is looked up in f32 (exact below 2**24) and cast back to i32."""
+    g, out = imp.graph, imp.label(node)
+    data = imp.constant(node.input[0])
+    if data is None:
+        raise GraphError("the data is computed at run time (only a constant table is supported)")
+    data = np.asarray(data)
+    ids = imp.value(node.input[1])
+    rank = data.ndim
+    axis = _int(node, "axis", 0)
+    if rank != len(ids.shape) or not -rank <= axis < rank:
+        raise GraphError(f"axis {axis} of data {data.shape} with indices {ids.shape}")
+    lines = np.moveaxis(data, axis % rank, -1).reshape(-1, data.shape[axis])
+    if not (lines == lines[:1]).all():
+        raise GraphError(
+            f"data {data.shape} differs between its lines along axis {axis % rank} "
+            "(only a table repeated along the other axes is supported)"
+        )
+    integer = data.dtype.kind in "iub"
+    if integer and np.abs(lines[0].astype(np.int64)).max(initial=0) >= 2**24:
+        raise GraphError("integer data beyond 2**24 cannot be looked up exactly")
+    dtype = "f32" if integer else imp.value(node.input[0]).dtype
+    table = imp._new_parameter(f"{out}.table", lines[0].reshape(-1, 1).astype(np.float64), dtype)
+    picked = g.gather(table, ids, name=imp.op_name(f"{out}/lookup"))
+    y = g.view(picked, ids.shape, name=imp.op_name(f"{out}/shape"))
+    return g.cast(y, "i32", name=imp.op_name(out)) if integer else y
 
 
 def emit_sub_i32(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
@@ -376,4 +449,6 @@ EMITTERS: dict[str, Emitter] = {
     "Expand": emit_expand,
     "Sub": emit_sub_i32,
     "GatherND": emit_gather_nd,
+    "CumSum": emit_cumsum,
+    "GatherElements": emit_gather_elements,
 }
