@@ -148,6 +148,24 @@ CASES = {
         lambda: make_model([node("GlobalAveragePool", ["x"], ["y"])], {"x": (2, 3, 4, 5)}, ["y"]),
         "reduce_mean",
     ),
+    "batch_norm_nchw": (
+        lambda: make_model(
+            [node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)],
+            {"x": (2, 3, 4, 5)},
+            ["y"],
+            {"s": f32((3,)), "b": f32((3,)), "m": f32((3,)), "v": np.abs(f32((3,))) + 0.5},
+        ),
+        "mul",
+    ),
+    "batch_norm_1d": (
+        lambda: make_model(
+            [node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
+            {"x": (6, 7)},
+            ["y"],
+            {"s": f32((7,)), "b": f32((7,)), "m": f32((7,)), "v": np.abs(f32((7,))) + 0.5},
+        ),
+        "add",
+    ),
     "gelu_tanh_op": (_unary("Gelu", approximate="tanh"), "gelu"),
     "gelu_tanh_legacy": (lambda: _gelu_tanh_legacy(0), "gelu"),
     "gelu_tanh_legacy_swapped": (lambda: _gelu_tanh_legacy(1), "gelu"),
@@ -269,3 +287,17 @@ def test_three_unsupported_nodes_are_named_in_one_error():
     assert parts[0].startswith("ONNX node 'elu_a' (Elu): op type 'Elu' is not supported")
     assert parts[1].startswith("ONNX node 'conv_b' (Conv): strides=[1, 1] != kernel_shape")
     assert parts[2].startswith("ONNX node 'erf_c' (Erf): op type 'Erf' is not supported")
+
+
+def test_batch_norm_in_training_mode_is_refused():
+    stats = {"s": f32((3,)), "b": f32((3,)), "m": f32((3,)), "v": np.abs(f32((3,))) + 0.5}
+    model = make_model(
+        [node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+              training_mode=1)],
+        {"x": (2, 3, 4)},
+        ["y"],
+        stats,
+        opset=15,
+    )  # fmt: skip
+    with pytest.raises(GraphError, match="training mode"):
+        import_onnx(model)

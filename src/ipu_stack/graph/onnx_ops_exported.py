@@ -126,6 +126,29 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
     return y if keep else imp.graph.view(y, x.shape[:-1] or (1,), name=imp.op_name(out))
 
 
+def emit_batch_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """BatchNormalization at inference (constant statistics): ``x * a + b`` per channel
+    (axis 1), ``a = scale / sqrt(var + epsilon)`` and ``b = bias - mean * a`` folded at import."""
+    g, out = imp.graph, imp.label(node)
+    if _int(node, "training_mode", 0) or any(node.output[1:]):
+        raise GraphError("training mode (running statistics as outputs) is not supported")
+    x = imp.value(node.input[0])
+    stats = [imp.constant(name) for name in node.input[1:5]]
+    if any(v is None for v in stats):
+        computed = [name for name, v in zip(node.input[1:5], stats, strict=True) if v is None]
+        raise GraphError(f"statistics {computed} are computed at run time (constants only)")
+    scale, bias, mean, var = (np.asarray(v, np.float64).reshape(-1) for v in stats)
+    if len(x.shape) < 2 or any(v.size != x.shape[1] for v in (scale, bias, mean, var)):
+        raise GraphError(f"input {x.shape}: statistics must have one value per channel (axis 1)")
+    a = scale / np.sqrt(var + float(attribute(node, "epsilon", 1e-5)))  # type: ignore[arg-type]
+    shape = (x.shape[1], *([1] * (len(x.shape) - 2)))
+    scaled = g.mul(
+        x, imp.derived(out, "scale", a.reshape(shape), x), name=imp.op_name(f"{out}/scale")
+    )
+    shift = imp.derived(out, "shift", (bias - mean * a).reshape(shape), x)
+    return g.add(scaled, shift, name=imp.op_name(out))
+
+
 def emit_global_average_pool(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """GlobalAveragePool: the mean over every axis after N and C, kept as ones."""
     g, out = imp.graph, imp.label(node)
@@ -397,6 +420,7 @@ EMITTERS: dict[str, Emitter] = {
     "Gelu": emit_gelu_any,
     "ReduceMean": emit_reduce_mean,
     "GlobalAveragePool": emit_global_average_pool,
+    "BatchNormalization": emit_batch_norm,
     "RMSNormalization": emit_rms_norm,
     "Split": emit_split,
     "Concat": emit_concat,
