@@ -166,6 +166,15 @@ CASES = {
         ),
         "add",
     ),
+    "instance_norm": (
+        lambda: make_model(
+            [node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-4)],
+            {"x": (2, 3, 4, 5)},
+            ["y"],
+            {"s": f32((3,)), "b": f32((3,))},
+        ),
+        "layer_norm",
+    ),
     "gelu_tanh_op": (_unary("Gelu", approximate="tanh"), "gelu"),
     "gelu_tanh_legacy": (lambda: _gelu_tanh_legacy(0), "gelu"),
     "gelu_tanh_legacy_swapped": (lambda: _gelu_tanh_legacy(1), "gelu"),

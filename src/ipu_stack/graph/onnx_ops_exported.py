@@ -149,6 +149,35 @@ def emit_batch_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Val
     return g.add(scaled, shift, name=imp.op_name(out))
 
 
+def emit_instance_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """InstanceNormalization (torch's GroupNorm exports one on ``[N, G, -1]``): a layer norm of
+    each ``[n, c]`` row over the spatial axes (unit scale, zero shift), then the constant
+    per-channel scale and bias as a multiply and an add."""
+    g, out = imp.graph, imp.label(node)
+    x = imp.value(node.input[0])
+    if len(x.shape) < 3:
+        raise GraphError(
+            f"input shape {x.shape}: InstanceNormalization needs N, C and spatial axes"
+        )
+    n, c, spatial = x.shape[0], x.shape[1], int(np.prod(x.shape[2:]))
+    consts = [imp.constant(name) for name in node.input[1:3]]
+    if any(v is None for v in consts):
+        raise GraphError("the scale and bias are computed at run time (constants only)")
+    scale, bias = (np.asarray(v, np.float64).reshape(-1) for v in consts)
+    if scale.size != c or bias.size != c:
+        raise GraphError(f"input {x.shape}: scale and bias must have one value per channel")
+    eps = float(attribute(node, "epsilon", 1e-5))  # type: ignore[arg-type]
+    rows = g.view(x, [n, c, spatial], name=imp.op_name(f"{out}/rows"))
+    ones = imp.derived(out, "unit_scale", np.ones(spatial), x)
+    zeros = imp.derived(out, "zero_shift", np.zeros(spatial), x)
+    normed = g.layer_norm(rows, ones, zeros, eps, name=imp.op_name(f"{out}/normed"))
+    shape = (c, *([1] * (len(x.shape) - 2)))
+    back = g.view(normed, x.shape, name=imp.op_name(f"{out}/shape"))
+    scaled = g.mul(back, imp.derived(out, "scale", scale.reshape(shape), x),
+                   name=imp.op_name(f"{out}/scale"))  # fmt: skip
+    return g.add(scaled, imp.derived(out, "bias", bias.reshape(shape), x), name=imp.op_name(out))
+
+
 def emit_global_average_pool(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """GlobalAveragePool: the mean over every axis after N and C, kept as ones."""
     g, out = imp.graph, imp.label(node)
@@ -421,6 +450,7 @@ EMITTERS: dict[str, Emitter] = {
     "ReduceMean": emit_reduce_mean,
     "GlobalAveragePool": emit_global_average_pool,
     "BatchNormalization": emit_batch_norm,
+    "InstanceNormalization": emit_instance_norm,
     "RMSNormalization": emit_rms_norm,
     "Split": emit_split,
     "Concat": emit_concat,
