@@ -68,3 +68,37 @@ def test_bad_input_shape_argument_exits_2(bad, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["onnx", "model.onnx", "--input-shape", bad])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(("precision", "width"), [("f16", 8), ("f32", 8), ("f32", 7), ("f16", 7)])
+def test_a_pointwise_conv_builds_and_matches_onnxruntime(tmp_path, precision, width):
+    """A 1 x 1 convolution (an MLP over channels): at F16 its patch view's one-element pieces
+    started inside 32-bit words and the build refused them; each pixel's channels are a row
+    now. An odd number of F16 pixels still puts rows at odd offsets: refused, one line."""
+    import onnxruntime as ort
+
+    from ipu_stack.errors import GraphError
+    from ipu_stack.graph.onnx_import import import_onnx
+    from ipu_stack.graph.onnx_precision import convert_precision
+    from ipu_stack.package.build import BuildConfig, build
+    from ipu_stack.runtime.sim import SimDevice
+
+    rng = np.random.default_rng(5)
+    weight = (rng.standard_normal((6, 5, 1, 1)) * 0.3).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1], name="pointwise")
+    path = _save(tmp_path, [node], {"x": [2, 5, 3, width]}, {"w": weight})
+    x = rng.standard_normal((2, 5, 3, width)).astype(np.float32)
+    want = ort.InferenceSession(path).run(None, {"x": x})[0]
+    model = onnx.load(path)
+    graph, bindings = import_onnx(convert_precision(model, "f16") if precision == "f16" else model)
+    config = BuildConfig(tiles=8, exchange_time_budget=0.05, finalists=1, compile_kernels=False)
+    if precision == "f16" and width % 2:
+        with pytest.raises(GraphError, match="start inside a 32-bit word"):
+            build(graph, config)
+        return
+    built = build(graph, config)
+    feeds = bindings.feeds({"x": x.astype(np.float16 if precision == "f16" else np.float32)})
+    run = SimDevice().run(built.program, built.placement, built.schedules, feeds)
+    got = np.asarray(bindings.onnx_outputs(run.outputs)["y"], np.float64).reshape(want.shape)
+    tolerance = 0.01 if precision == "f16" else 1e-5
+    assert np.abs(got - want).max() <= tolerance * np.abs(want).max()

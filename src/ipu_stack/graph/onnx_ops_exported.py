@@ -345,9 +345,15 @@ def patch_embedding(imp: Importer, node: NodeProto, out: str, tokens: bool) -> V
         raise GraphError(f"the {kh}x{kw} kernel is larger than the input {h}x{w}")
     if (h, w) != (ph * kh, pw * kw):  # the remainder rows/columns fall off, as in the Conv
         x = g.slice(x, [0, 0], [ph * kh, pw * kw], [2, 3], name=imp.op_name(f"{out}/crop"))
-    grid = g.view(x, (b, c, ph, kh, pw, kw), name=imp.op_name(f"{out}/grid"))
-    patches = g.transpose(grid, (0, 2, 4, 1, 3, 5), name=imp.op_name(f"{out}/patches"))
-    rows = g.view(patches, (b, ph * pw, c * kh * kw), name=imp.op_name(f"{out}/patch_rows"))
+    if (kh, kw) == (1, 1) and x.dtype != "f32":
+        # pointwise, elements narrower than a word: the grid's one-element pieces would start
+        # inside 32-bit words, which exchange cannot move; each pixel's channels as a row
+        flat = g.view(x, (b, c, ph * pw), name=imp.op_name(f"{out}/pixels"))
+        rows = g.transpose(flat, (0, 2, 1), name=imp.op_name(f"{out}/patch_rows"))
+    else:
+        grid = g.view(x, (b, c, ph, kh, pw, kw), name=imp.op_name(f"{out}/grid"))
+        patches = g.transpose(grid, (0, 2, 4, 1, 3, 5), name=imp.op_name(f"{out}/patches"))
+        rows = g.view(patches, (b, ph * pw, c * kh * kw), name=imp.op_name(f"{out}/patch_rows"))
     kernel_columns = weight.reshape(o, c * kh * kw).T
     wv = imp.derived(node.input[1], "columns", kernel_columns.astype(np.float64), x)
     bias_name = _input(node, 2)
