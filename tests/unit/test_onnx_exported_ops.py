@@ -175,6 +175,92 @@ CASES = {
         ),
         "layer_norm",
     ),
+    "conv_padded_patches": (
+        lambda: make_model(
+            [
+                node(
+                    "Conv",
+                    ["x", "wt"],
+                    ["y"],
+                    kernel_shape=[2, 2],
+                    strides=[2, 2],
+                    pads=[1, 1, 1, 1],
+                )
+            ],
+            {"x": (1, 3, 8, 8)},
+            ["y"],
+            {"wt": f32((4, 3, 2, 2))},
+        ),
+        "gemm",
+    ),
+    "conv_3x3_same": (
+        lambda: make_model(
+            [node("Conv", ["x", "wt", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+            {"x": (2, 3, 6, 5)},
+            ["y"],
+            {"wt": f32((4, 3, 3, 3)), "b": f32((4,))},
+        ),
+        "gemm",
+    ),
+    "conv_strided_dilated": (
+        lambda: make_model(
+            [
+                node(
+                    "Conv",
+                    ["x", "wt"],
+                    ["y"],
+                    kernel_shape=[3, 2],
+                    strides=[2, 3],
+                    dilations=[2, 1],
+                    pads=[2, 0, 1, 1],
+                )
+            ],
+            {"x": (1, 2, 9, 10)},
+            ["y"],
+            {"wt": f32((3, 2, 3, 2))},
+        ),
+        "gemm",
+    ),
+    "conv_depthwise": (
+        lambda: make_model(
+            [
+                node(
+                    "Conv", ["x", "wt", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3
+                )
+            ],
+            {"x": (1, 3, 7, 6)},
+            ["y"],
+            {"wt": f32((3, 1, 3, 3)), "b": f32((3,))},
+        ),
+        "mul",
+    ),
+    "conv_1d_whisper": (
+        lambda: make_model(
+            [node("Conv", ["x", "wt", "b"], ["y"], kernel_shape=[3], strides=[2], pads=[1, 1])],
+            {"x": (1, 4, 11)},
+            ["y"],
+            {"wt": f32((5, 4, 3)), "b": f32((5,))},
+        ),
+        "gemm",
+    ),
+    "conv_same_upper": (
+        lambda: make_model(
+            [
+                node(
+                    "Conv",
+                    ["x", "wt"],
+                    ["y"],
+                    kernel_shape=[3, 3],
+                    strides=[2, 2],
+                    auto_pad="SAME_UPPER",
+                )
+            ],
+            {"x": (1, 2, 7, 8)},
+            ["y"],
+            {"wt": f32((3, 2, 3, 3))},
+        ),
+        "gemm",
+    ),
     "gelu_tanh_op": (_unary("Gelu", approximate="tanh"), "gelu"),
     "gelu_tanh_legacy": (lambda: _gelu_tanh_legacy(0), "gelu"),
     "gelu_tanh_legacy_swapped": (lambda: _gelu_tanh_legacy(1), "gelu"),
@@ -212,41 +298,23 @@ def test_a_mutated_gelu_constant_is_not_fused():
 
 
 REFUSALS = {
-    "conv_padding": (
+    "conv_grouped": (
         lambda: make_model(
-            [
-                node(
-                    "Conv",
-                    ["x", "wt"],
-                    ["y"],
-                    kernel_shape=[2, 2],
-                    strides=[2, 2],
-                    pads=[1, 1, 1, 1],
-                )
-            ],
-            {"x": (1, 3, 8, 8)},
+            [node("Conv", ["x", "wt"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3)],
+            {"x": (1, 6, 8, 8)},
             ["y"],
-            {"wt": f32((4, 3, 2, 2))},
+            {"wt": f32((6, 2, 3, 3))},
         ),
-        r"\(Conv\): pads=\[1, 1, 1, 1\] \(only 0\): ipu-stack supports Conv only as a patch",
+        r"\(Conv\): group=3 with 6 outputs of 6 channels \(only 1, or depthwise\)",
     ),
-    "conv_stride": (
+    "conv_kernel_too_large": (
         lambda: make_model(
-            [node("Conv", ["x", "wt"], ["y"], kernel_shape=[3, 3], strides=[1, 1])],
-            {"x": (1, 3, 8, 8)},
+            [node("Conv", ["x", "wt"], ["y"], kernel_shape=[9, 9])],
+            {"x": (1, 2, 12, 12)},
             ["y"],
-            {"wt": f32((4, 3, 3, 3))},
+            {"wt": f32((2, 2, 9, 9))},
         ),
-        r"\(Conv\): strides=\[1, 1\] != kernel_shape=\[3, 3\]",
-    ),
-    "conv_group": (
-        lambda: make_model(
-            [node("Conv", ["x", "wt"], ["y"], kernel_shape=[2, 2], strides=[2, 2], group=3)],
-            {"x": (1, 3, 8, 8)},
-            ["y"],
-            {"wt": f32((3, 1, 2, 2))},
-        ),
-        r"\(Conv\): group=3 \(only 1\)",
+        r"\(Conv\): a 9x9 kernel is 81 windows; at most 64",
     ),
     "reduce_mean_axis0": (
         lambda: make_model([node("ReduceMean", ["x"], ["y"], axes=[0])], {"x": X}, ["y"], opset=17),
@@ -278,7 +346,7 @@ def test_refusal_names_node_and_attribute(name):
 def test_three_unsupported_nodes_are_named_in_one_error():
     nodes = [
         node("Elu", ["x"], ["a"]),
-        node("Conv", ["img", "wt"], ["b"], kernel_shape=[3, 3], strides=[1, 1]),
+        node("Conv", ["img", "wt"], ["b"], kernel_shape=[3, 3], group=2),
         node("Erf", ["x"], ["c"]),
         node("Add", ["a", "x"], ["d"]),  # depends on a failed node: not reported again
     ]
@@ -294,7 +362,7 @@ def test_three_unsupported_nodes_are_named_in_one_error():
     parts = rest.split(" | ")
     assert len(parts) == 3
     assert parts[0].startswith("ONNX node 'elu_a' (Elu): op type 'Elu' is not supported")
-    assert parts[1].startswith("ONNX node 'conv_b' (Conv): strides=[1, 1] != kernel_shape")
+    assert parts[1].startswith("ONNX node 'conv_b' (Conv): group=2 with 4 outputs")
     assert parts[2].startswith("ONNX node 'erf_c' (Erf): op type 'Erf' is not supported")
 
 

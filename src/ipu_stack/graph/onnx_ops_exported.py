@@ -308,6 +308,23 @@ def emit_conv(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     return patch_embedding(imp, node, imp.label(node), tokens=False)
 
 
+def _is_patch_embedding(node: NodeProto, x: Value, weight: np.ndarray) -> bool:
+    """A 2-D Conv whose kernel is its stride, unpadded, group 1, dilation 1."""
+    if len(x.shape) != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
+        return False
+    kernel = tuple(_ints(attribute(node, "kernel_shape", list(weight.shape[2:]))))  # type: ignore[arg-type]
+    auto_pad = attribute(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    return (
+        _int(node, "group", 1) == 1
+        and all(d == 1 for d in _ints(attribute(node, "dilations", [1, 1])))  # type: ignore[arg-type]
+        and tuple(_ints(attribute(node, "strides", [1, 1]))) == kernel  # type: ignore[arg-type]
+        and not any(_ints(attribute(node, "pads", [0, 0, 0, 0])))  # type: ignore[arg-type]
+        and auto_pad in ("NOTSET", "VALID")
+        and kernel == tuple(weight.shape[2:])
+    )
+
+
 def patch_embedding(imp: Importer, node: NodeProto, out: str, tokens: bool) -> Value:
     """A patch view of the input (a reshape and a transpose that keeps whole kernel rows) and
     one GEMM ``patches[B, P, C*kh*kw] @ W^T`` -> tokens ``[B, P, O]``; with ``tokens=False``
@@ -315,31 +332,17 @@ def patch_embedding(imp: Importer, node: NodeProto, out: str, tokens: bool) -> V
     g = imp.graph
     x = imp.value(node.input[0])
     weight = _required_constant(imp, node, 1, "weight")
-    if len(x.shape) != 4 or weight.ndim != 4:
-        raise GraphError(f"input {x.shape} / weight {weight.shape}: only 2-D Conv is supported")
+    if not _is_patch_embedding(node, x, weight):
+        from ipu_stack.graph.onnx_conv import general_conv
+
+        y = general_conv(imp, node, out if not tokens else f"{out}/conv", weight)
+        if not tokens:
+            return y
+        b, o = y.shape[:2]
+        flat = g.view(y, (b, o, int(np.prod(y.shape[2:]))), name=imp.op_name(f"{out}/flat"))
+        return g.transpose(flat, (0, 2, 1), name=imp.op_name(out))
     b, c, h, w = x.shape
-    o, ci, kh, kw = weight.shape
-    kernel = tuple(_ints(attribute(node, "kernel_shape", [kh, kw])))  # type: ignore[arg-type]
-    strides = tuple(_ints(attribute(node, "strides", [1, 1])))  # type: ignore[arg-type]
-    pads = _ints(attribute(node, "pads", [0, 0, 0, 0]))  # type: ignore[arg-type]
-    dilations = _ints(attribute(node, "dilations", [1, 1]))  # type: ignore[arg-type]
-    auto_pad = attribute(node, "auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-    group = _int(node, "group", 1)
-    for what, ok in (
-        (f"group={group} (only 1)", group == 1),
-        (f"dilations={dilations} (only 1)", all(d == 1 for d in dilations)),
-        (f"strides={list(strides)} != kernel_shape={list(kernel)}", strides == kernel),
-        (f"pads={pads} (only 0)", not any(pads)),
-        (f"auto_pad={auto_pad!r} (only NOTSET or VALID)", auto_pad in ("NOTSET", "VALID")),
-        (f"kernel_shape={list(kernel)} but the weight is {weight.shape}", kernel == (kh, kw)),
-        (f"input channels {c} but the weight takes {ci}", c == ci),
-    ):
-        if not ok:
-            raise GraphError(
-                f"{what}: ipu-stack supports Conv only as a patch embedding (kernel == stride, "
-                "no padding, group 1, dilation 1)"
-            )
+    o, _, kh, kw = weight.shape
     ph, pw = h // kh, w // kw
     if ph == 0 or pw == 0:
         raise GraphError(f"the {kh}x{kw} kernel is larger than the input {h}x{w}")

@@ -1,0 +1,195 @@
+"""ONNX ``Conv`` beyond patch embeddings: padding, strides other than the kernel, dilation,
+1-D convolutions, and depthwise groups, built from slices, concats and one GEMM.
+
+The padded input is cut into one window per kernel offset (a slice, strided by the step
+where the stride is not 1); with ``group == 1`` the windows are stacked along the channels
+and multiplied by the weights as one GEMM over each output pixel's ``kh * kw * C`` values
+(``im2col``); a depthwise convolution (``group == C``, one output per channel) is the sum of
+each window times its per-channel weight. Other groupings are refused. Each window is a
+graph operation, so this suits small images; the patch-embedding case (kernel == stride, no
+padding) keeps its single view and GEMM (:func:`onnx_ops_exported.patch_embedding`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import NodeProto
+
+from ipu_stack.errors import GraphError
+from ipu_stack.graph.compute_graph import Value
+from ipu_stack.graph.onnx_ops import _int, _ints
+from ipu_stack.graph.onnx_patterns import attribute
+
+if TYPE_CHECKING:
+    from ipu_stack.graph.onnx_import import Importer
+
+#: the most kernel offsets (windows) a Conv is cut into: each is a graph operation
+MAX_WINDOWS = 64
+
+
+def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -> Value:
+    """The Conv ``node`` on its input (NCHW, or NCL for a 1-D convolution) as NCHW (NCL)."""
+    g = imp.graph
+    x = imp.value(node.input[0])
+    one_d = len(x.shape) == 3 and weight.ndim == 3
+    if one_d:  # a 1-D convolution is a 2-D one over a height of 1
+        x = g.view(x, (*x.shape[:2], 1, x.shape[2]), name=imp.op_name(f"{out}/as_2d"))
+        weight = weight[:, :, None, :]
+    if len(x.shape) != 4 or weight.ndim != 4:
+        raise GraphError(f"input {x.shape} / weight {weight.shape}: only 1-D and 2-D Conv")
+    strides, pads, dilations = _geometry(node, one_d, weight.shape[2:], x.shape[2:])
+    n, c, _, _ = x.shape
+    o, per_group, kh, kw = weight.shape
+    group = _int(node, "group", 1)
+    depthwise = group == c and per_group == 1 and o == c
+    if group != 1 and not depthwise:
+        raise GraphError(f"group={group} with {o} outputs of {c} channels (only 1, or depthwise)")
+    if group == 1 and per_group != c:
+        raise GraphError(f"input channels {c} but the weight takes {per_group}")
+    if kh * kw > MAX_WINDOWS:
+        raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
+    padded = _padded(imp, x, pads, out)
+    hp, wp = padded.shape[2:]
+    oh = (hp - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wp - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    if oh < 1 or ow < 1:
+        raise GraphError(
+            f"the {kh}x{kw} kernel (dilations {dilations}) exceeds the input {x.shape}"
+        )
+    windows = [
+        _window(
+            imp,
+            padded,
+            (ky * dilations[0], kx * dilations[1]),
+            strides,
+            (oh, ow),
+            f"{out}/w{ky}_{kx}",
+        )
+        for ky in range(kh)
+        for kx in range(kw)
+    ]
+    if depthwise:
+        y = _depthwise(imp, windows, weight, x, out)
+    else:
+        y = _im2col(imp, windows, weight, x, (n, c, oh, ow), out)
+    bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+    if bias_name:
+        bias = imp.constant(bias_name)
+        if bias is None:
+            raise GraphError(f"the bias {bias_name!r} is computed at run time (constants only)")
+        shift = imp.derived(out, "bias", np.asarray(bias, np.float64).reshape(o, 1, 1), x)
+        y = g.add(y, shift, name=imp.op_name(f"{out}/bias"))
+    shape = (n, o, ow) if one_d else (n, o, oh, ow)
+    return g.view(y, shape, name=imp.op_name(out))
+
+
+def _geometry(
+    node: NodeProto, one_d: bool, kernel: tuple[int, ...], spatial: tuple[int, ...]
+) -> tuple[list[int], list[int], list[int]]:
+    """Strides, pads ``[top, left, bottom, right]`` and dilations of a (2-D-viewed) Conv."""
+    rank = 1 if one_d else 2
+    strides = _ints(attribute(node, "strides", [1] * rank))  # type: ignore[arg-type]
+    dilations = _ints(attribute(node, "dilations", [1] * rank))  # type: ignore[arg-type]
+    pads = _ints(attribute(node, "pads", [0] * 2 * rank))  # type: ignore[arg-type]
+    auto_pad = attribute(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if one_d:
+        strides, dilations, pads = [1, *strides], [1, *dilations], [0, pads[0], 0, pads[1]]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0, 0, 0, 0]
+        for axis in range(2):
+            size, k = spatial[axis], kernel[axis]
+            total = max((-(-size // strides[axis]) - 1) * strides[axis]
+                        + dilations[axis] * (k - 1) + 1 - size, 0)  # fmt: skip
+            first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            pads[axis], pads[axis + 2] = first, total - first
+    elif auto_pad not in ("NOTSET", "VALID"):
+        raise GraphError(f"auto_pad={auto_pad!r} is not supported")
+    if min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
+        raise GraphError(f"strides {strides}, dilations {dilations}, pads {pads}: invalid")
+    return strides, pads, dilations
+
+
+def _padded(imp: Importer, x: Value, pads: list[int], out: str) -> Value:
+    """``x`` with zero rows above and below and zero columns left and right."""
+    g = imp.graph
+    for axis, (before, after) in ((2, (pads[0], pads[2])), (3, (pads[1], pads[3]))):
+        if not before and not after:
+            continue
+        parts = []
+        for side, size in (("before", before), ("after", after)):
+            shape = list(x.shape)
+            shape[axis] = size
+            if size:
+                parts.append((side, imp.derived(out, f"pad{axis}_{side}", np.zeros(shape), x)))
+        pieces = [v for side, v in parts if side == "before"] + [x]
+        pieces += [v for side, v in parts if side == "after"]
+        x = g.concat(pieces, axis, name=imp.op_name(f"{out}/pad{axis}"))
+    return x
+
+
+def _window(
+    imp: Importer,
+    x: Value,
+    offset: tuple[int, int],
+    strides: list[int],
+    size: tuple[int, int],
+    name: str,
+) -> Value:
+    """``x[:, :, oy : oy + sy * (h - 1) + 1 : sy, ox : ... : sx]`` (a strided axis as the runs
+    of indices it keeps, see ``take_indices``)."""
+    from ipu_stack.graph.onnx_ops_exported import take_indices
+
+    g = imp.graph
+    ends = [offset[a] + strides[a] * (size[a] - 1) + 1 for a in range(2)]
+    y = g.slice(x, list(offset), ends, [2, 3], name=imp.op_name(name))
+    for a in range(2):
+        if strides[a] != 1:
+            keep = np.arange(0, ends[a] - offset[a], strides[a])
+            y = take_indices(imp, y, keep, a + 2, imp.op_name(f"{name}/step{a}"))
+    return y
+
+
+def _im2col(
+    imp: Importer,
+    windows: list[Value],
+    weight: np.ndarray,
+    like: Value,
+    shape: tuple[int, int, int, int],
+    out: str,
+) -> Value:
+    """The windows stacked along the channels, one GEMM with the weights, back to NCHW."""
+    g = imp.graph
+    n, c, oh, ow = shape
+    o, _, kh, kw = weight.shape
+    stacked = (
+        g.concat(windows, 1, name=imp.op_name(f"{out}/windows")) if len(windows) > 1 else windows[0]
+    )
+    flat = g.view(stacked, (n, kh * kw * c, oh * ow), name=imp.op_name(f"{out}/columns"))
+    rows = g.transpose(flat, (0, 2, 1), name=imp.op_name(f"{out}/rows"))
+    # the stacked channel (ky * kw + kx) * C + c meets weight[o, c, ky, kx]
+    columns = weight.transpose(2, 3, 1, 0).reshape(kh * kw * c, o)
+    w = imp.derived(out, "im2col", columns.astype(np.float64), like)
+    y = g.gemm(rows, w, name=imp.op_name(f"{out}/gemm"))  # [N, OH*OW, O]
+    channels = g.transpose(y, (0, 2, 1), name=imp.op_name(f"{out}/channels"))
+    return g.view(channels, (n, o, oh, ow), name=imp.op_name(f"{out}/nchw"))
+
+
+def _depthwise(
+    imp: Importer, windows: list[Value], weight: np.ndarray, like: Value, out: str
+) -> Value:
+    """Sum over the kernel offsets of each window times its per-channel weight."""
+    g = imp.graph
+    c, kw = weight.shape[0], weight.shape[3]
+    total: Value | None = None
+    for k, window in enumerate(windows):
+        ky, kx = divmod(k, kw)
+        w = imp.derived(
+            out, f"tap{ky}_{kx}", weight[:, 0, ky, kx].astype(np.float64).reshape(c, 1, 1), like
+        )
+        term = g.mul(window, w, name=imp.op_name(f"{out}/tap{ky}_{kx}"))
+        total = term if total is None else g.add(total, term, name=imp.op_name(f"{out}/sum{k}"))
+    assert total is not None
+    return total
