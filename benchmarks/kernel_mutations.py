@@ -832,6 +832,8 @@ MUTANTS += [
     (UN, "neg_f16_n200", "neg constant +1", ".set K_BITS, 0xBF800000", ".set K_BITS, 0x3F800000", 0),
     (UN, "relu_f16_n200", "relu max -> min", "f32v2max $a4:5, $a0:1, $a14:15", "f32v2min $a4:5, $a0:1, $a14:15", 0),
     (UN, "relu_f32_n100", "relu zero -> one", ".set K_BITS, 0  ", ".set K_BITS, 0x3F800000  ", 0),
+    (UN, "max_f16_n200", "max -> min", "f32v2max $a4:5, $a0:1, $a2:3", "f32v2min $a4:5, $a0:1, $a2:3", 0),
+    (UN, "min_f32_n100", "min of a with itself", "f32v2min $a4:5, $a0:1, $a2:3", "f32v2min $a4:5, $a0:1, $a0:1", 0),
     (UN, "sigmoid_f32_n98", "worker item count one short", "add $m5, $m5, ITEMS + WORKER_CONTEXTS - 1", "add $m5, $m5, ITEMS + WORKER_CONTEXTS - 2", 0),
     (BC, "add_f16_colbcast_r20_c64", "column not advanced per worker row", "add $m7, $m7, WORKER_CONTEXTS * 8 * BC_COL_STEP", "add $m7, $m7, 8 * BC_COL_STEP", 0),
     (BC, "mul_f32_colbcast_r20_c32", "second lane from the next row", "ld32 $a3, $m2, $m7, 0", "ld32 $a3, $m2, $m7, 2", 0),

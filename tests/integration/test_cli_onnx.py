@@ -136,3 +136,29 @@ def test_general_convs_simulate_as_onnxruntime_computes_them(tmp_path, attrs, we
     run = SimDevice().run(built.program, built.placement, built.schedules, bindings.feeds({"x": x}))
     got = np.asarray(bindings.onnx_outputs(run.outputs)["y"], np.float64).reshape(want.shape)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_max_pool_and_clip_simulate_as_onnxruntime_computes_them(tmp_path):
+    """ResNet's stem pooling (3 x 3, stride 2, padded with the lowest value) and MobileNet's
+    ReLU6 (Clip 0..6): maxima and minima on the simulator, against onnxruntime."""
+    import onnxruntime as ort
+
+    from ipu_stack.graph.onnx_import import import_onnx
+    from ipu_stack.package.build import BuildConfig, build
+    from ipu_stack.runtime.sim import SimDevice
+
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], name="pool"),
+        helper.make_node("Clip", ["p", "lo", "hi"], ["y"], name="relu6"),
+    ]  # fmt: skip
+    consts = {"lo": np.array(0.0, np.float32), "hi": np.array(0.6, np.float32)}
+    path = _save(tmp_path, nodes, {"x": [2, 3, 9, 8]}, consts)
+    x = np.random.default_rng(8).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    want = ort.InferenceSession(path).run(None, {"x": x})[0]
+    graph, bindings = import_onnx(onnx.load(path))
+    config = BuildConfig(tiles=8, exchange_time_budget=0.05, finalists=1, compile_kernels=False)
+    built = build(graph, config)
+    run = SimDevice().run(built.program, built.placement, built.schedules, bindings.feeds({"x": x}))
+    got = np.asarray(bindings.onnx_outputs(run.outputs)["y"], np.float64).reshape(want.shape)
+    np.testing.assert_array_equal(got, want)

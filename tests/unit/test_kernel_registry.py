@@ -204,6 +204,8 @@ _REPRESENTATIVE_UNITS = {
     "reciprocal": "reciprocal_f16_n200",
     "neg": "neg_f16_n200",
     "relu": "relu_f32_n100",
+    "max": "max_f16_n200",
+    "min": "min_f32_n100",
     "pow": "pow_f32_e3_n100",
 }
 

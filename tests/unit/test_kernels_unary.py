@@ -20,6 +20,7 @@ UNITS = [
     ("gelu_f16_n96", 0), ("gelu_f16_n38", 3), ("gelu_f32_n100", 1), ("gelu_f32_n14", 2),
     ("tanh_f16_n64", 0), ("sigmoid_f32_n34", 1), ("sqrt_f16_n50", 2), ("reciprocal_f32_n30", 0),
     ("neg_f16_n40", 1), ("relu_f16_n40", 2), ("relu_f32_n26", 0), ("sub_f32_n26", 2),
+    ("max_f16_n40", 0), ("min_f32_n26", 1), ("max_f32_col_r9", 2), ("min_f16_colscalar_r11", 3),
     ("sub_f16_n72", 0), ("div_f16_n66", 1),
     ("div_f32_n30", 3), ("pow_f16_e3_n40", 0), ("pow_f32_em0p5_n22", 1), ("pow_f32_e4_n18", 2),
     ("pow_f16_em2_n44", 3), ("add_f16_colbcast_r13_c16", 0), ("mul_f32_colbcast_r8_c6", 1),

@@ -261,6 +261,52 @@ CASES = {
         ),
         "gemm",
     ),
+    "max_pool_3x3_s2_p1": (
+        lambda: make_model(
+            [node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+            {"x": (2, 3, 9, 8)},
+            ["y"],
+        ),
+        "max",
+    ),
+    "max_pool_1d": (
+        lambda: make_model(
+            [node("MaxPool", ["x"], ["y"], kernel_shape=[2], strides=[2])],
+            {"x": (1, 3, 10)},
+            ["y"],
+        ),
+        "max",
+    ),
+    "clip_relu6": (
+        lambda: make_model(
+            [node("Clip", ["x", "lo", "hi"], ["y"])],
+            {"x": X},
+            ["y"],
+            {"lo": np.array(0.0, np.float32), "hi": np.array(0.5, np.float32)},
+        ),
+        "min",
+    ),
+    "clip_lower_only": (
+        lambda: make_model(
+            [node("Clip", ["x", "lo"], ["y"])],
+            {"x": X},
+            ["y"],
+            {"lo": np.array(-0.25, np.float32)},
+        ),
+        "max",
+    ),
+    "max_of_three": (
+        lambda: make_model(
+            [node("Max", ["x", "z", "w"], ["y"])],
+            {"x": X, "z": X, "w": (7,)},
+            ["y"],
+        ),
+        "max",
+    ),
+    "min_of_two": (
+        lambda: make_model([node("Min", ["x", "z"], ["y"])], {"x": X, "z": X}, ["y"]),
+        "min",
+    ),
     "gelu_tanh_op": (_unary("Gelu", approximate="tanh"), "gelu"),
     "gelu_tanh_legacy": (lambda: _gelu_tanh_legacy(0), "gelu"),
     "gelu_tanh_legacy_swapped": (lambda: _gelu_tanh_legacy(1), "gelu"),

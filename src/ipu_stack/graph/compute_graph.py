@@ -285,6 +285,14 @@ class ComputeGraph(IndexingOps):
         """a / b with NumPy broadcasting."""
         return self._binary("div", a, b, name)
 
+    def maximum(self, a: Value, b: Value, name: str | None = None) -> Value:
+        """The larger of a and b, elementwise (NaN if either is), NumPy broadcasting."""
+        return self._binary("max", a, b, name)
+
+    def minimum(self, a: Value, b: Value, name: str | None = None) -> Value:
+        """The smaller of a and b, elementwise (NaN if either is), NumPy broadcasting."""
+        return self._binary("min", a, b, name)
+
     def unary(self, kind: str, x: Value, name: str | None = None, **attrs: Any) -> Value:
         """One of the elementwise functions of ``elementwise.UNARY`` (tanh, sigmoid, ...)."""
         from ipu_stack.graph.elementwise import UNARY, check_unary

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 #: one-operand functions, by kind (``pow`` takes a constant ``exponent`` attribute)
 UNARY = ("tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow", "relu")
 #: two-operand functions with NumPy broadcasting (besides add and mul)
-BINARY = ("sub", "div")
+BINARY = ("sub", "div", "max", "min")
 #: every kind this module defines (reduce_mean: mean over the last axis, keepdims)
 KINDS = (*UNARY, *BINARY, "reduce_mean")
 
@@ -46,6 +46,10 @@ def reference_elementwise(op: Operation, args: list[np.ndarray]) -> np.ndarray |
             return x - args[1]
         if kind == "div":
             return x / args[1]
+        if kind == "max":
+            return np.maximum(x, args[1])
+        if kind == "min":
+            return np.minimum(x, args[1])
         if kind == "tanh":
             return np.tanh(x)
         if kind == "sigmoid":

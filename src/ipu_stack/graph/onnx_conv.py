@@ -1,5 +1,6 @@
-"""ONNX ``Conv`` beyond patch embeddings: padding, strides other than the kernel, dilation,
-1-D convolutions, and depthwise groups, built from slices, concats and one GEMM.
+"""ONNX ``Conv`` beyond patch embeddings (padding, strides other than the kernel, dilation,
+1-D convolutions, depthwise groups) and ``MaxPool``, built from slices, concats, one GEMM or
+elementwise products and maxima.
 
 The padded input is cut into one window per kernel offset (a slice, strided by the step
 where the stride is not 1); with ``group == 1`` the windows are stacked along the channels
@@ -112,8 +113,8 @@ def _geometry(
     return strides, pads, dilations
 
 
-def _padded(imp: Importer, x: Value, pads: list[int], out: str) -> Value:
-    """``x`` with zero rows above and below and zero columns left and right."""
+def _padded(imp: Importer, x: Value, pads: list[int], out: str, fill: float = 0.0) -> Value:
+    """``x`` with rows of ``fill`` above and below and columns of it left and right."""
     g = imp.graph
     for axis, (before, after) in ((2, (pads[0], pads[2])), (3, (pads[1], pads[3]))):
         if not before and not after:
@@ -123,7 +124,8 @@ def _padded(imp: Importer, x: Value, pads: list[int], out: str) -> Value:
             shape = list(x.shape)
             shape[axis] = size
             if size:
-                parts.append((side, imp.derived(out, f"pad{axis}_{side}", np.zeros(shape), x)))
+                border = np.full(shape, fill)
+                parts.append((side, imp.derived(out, f"pad{axis}_{side}", border, x)))
         pieces = [v for side, v in parts if side == "before"] + [x]
         pieces += [v for side, v in parts if side == "after"]
         x = g.concat(pieces, axis, name=imp.op_name(f"{out}/pad{axis}"))
@@ -193,3 +195,45 @@ def _depthwise(
         total = term if total is None else g.add(total, term, name=imp.op_name(f"{out}/sum{k}"))
     assert total is not None
     return total
+
+
+def max_pool(imp: Importer, node: NodeProto, out: str) -> Value:
+    """MaxPool (2-D, or 1-D on NCL): the larger of the windows, offset by offset; padding is
+    the precision's lowest finite value, which no window of real values loses to."""
+    g = imp.graph
+    x = imp.value(node.input[0])
+    if any(node.output[1:]):
+        raise GraphError("the Indices output is not supported")
+    if _int(node, "ceil_mode", 0):
+        raise GraphError("ceil_mode=1 is not supported")
+    kernel = _ints(attribute(node, "kernel_shape", []))  # type: ignore[arg-type]
+    one_d = len(x.shape) == 3 and len(kernel) == 1
+    if one_d:
+        x = g.view(x, (*x.shape[:2], 1, x.shape[2]), name=imp.op_name(f"{out}/as_2d"))
+        kernel = [1, *kernel]
+    if len(x.shape) != 4 or len(kernel) != 2:
+        raise GraphError(f"input {x.shape}, kernel {kernel}: only 1-D and 2-D MaxPool")
+    kh, kw = kernel
+    if kh * kw > MAX_WINDOWS:
+        raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
+    strides, pads, dilations = _geometry(node, one_d, (kh, kw), x.shape[2:])
+    lowest = float(np.finfo(np.float16 if x.dtype == "f16" else np.float32).min)
+    padded = _padded(imp, x, pads, out, lowest)
+    hp, wp = padded.shape[2:]
+    oh = (hp - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wp - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    if oh < 1 or ow < 1:
+        raise GraphError(f"the {kh}x{kw} window exceeds the input {x.shape}")
+    y: Value | None = None
+    for ky in range(kh):
+        for kx in range(kw):
+            window = _window(imp, padded, (ky * dilations[0], kx * dilations[1]), strides,
+                             (oh, ow), f"{out}/w{ky}_{kx}")  # fmt: skip
+            y = (
+                window
+                if y is None
+                else g.maximum(y, window, name=imp.op_name(f"{out}/max{ky}_{kx}"))
+            )
+    assert y is not None
+    n, c = x.shape[:2]
+    return g.view(y, (n, c, ow) if one_d else (n, c, oh, ow), name=imp.op_name(out))

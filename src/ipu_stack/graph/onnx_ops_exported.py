@@ -126,6 +126,57 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
     return y if keep else imp.graph.view(y, x.shape[:-1] or (1,), name=imp.op_name(out))
 
 
+def emit_max_pool(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """MaxPool: see :func:`ipu_stack.graph.onnx_conv.max_pool`."""
+    from ipu_stack.graph.onnx_conv import max_pool
+
+    return max_pool(imp, node, imp.label(node))
+
+
+def _extreme(kind: str) -> Emitter:
+    """ONNX Max / Min of two or more tensors (NumPy broadcasting), pairwise."""
+
+    def emit(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+        g, out = imp.graph, imp.label(node)
+        values = [imp.value(name) for name in node.input if name]
+        step = g.maximum if kind == "max" else g.minimum
+        y = values[0]
+        for i, v in enumerate(values[1:], 1):
+            y = step(y, v, name=imp.op_name(out if i == len(values) - 1 else f"{out}/{kind}{i}"))
+        return y
+
+    return emit
+
+
+def emit_clip(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """Clip with constant bounds (ReLU6): the larger of x and the lower bound, then the
+    smaller of that and the upper bound; a missing bound is not applied."""
+    g, out = imp.graph, imp.label(node)
+    x = imp.value(node.input[0])
+    bounds: list[float | None] = []
+    for position, attr in ((1, "min"), (2, "max")):
+        if imp.opset < 11:
+            value = attribute(node, attr, None)
+            bounds.append(None if value is None else float(value))  # type: ignore[arg-type]
+            continue
+        name = node.input[position] if len(node.input) > position else ""
+        if not name:
+            bounds.append(None)
+            continue
+        const = imp.constant(name)
+        if const is None:
+            raise GraphError(f"the {attr} bound {name!r} is computed at run time (constants only)")
+        bounds.append(float(np.asarray(const).reshape(-1)[0]))
+    lo, hi = bounds
+    y = x
+    if lo is not None:
+        floor = imp.derived(out, "min", np.array([lo]), x)
+        y = g.maximum(y, floor, name=imp.op_name(out if hi is None else f"{out}/floor"))
+    if hi is not None:
+        y = g.minimum(y, imp.derived(out, "max", np.array([hi]), x), name=imp.op_name(out))
+    return y
+
+
 def emit_batch_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     """BatchNormalization at inference (constant statistics): ``x * a + b`` per channel
     (axis 1), ``a = scale / sqrt(var + epsilon)`` and ``b = bias - mean * a`` folded at import."""
@@ -460,6 +511,10 @@ EMITTERS: dict[str, Emitter] = {
     "GlobalAveragePool": emit_global_average_pool,
     "BatchNormalization": emit_batch_norm,
     "InstanceNormalization": emit_instance_norm,
+    "MaxPool": emit_max_pool,
+    "Clip": emit_clip,
+    "Max": _extreme("max"),
+    "Min": _extreme("min"),
     "RMSNormalization": emit_rms_norm,
     "Split": emit_split,
     "Concat": emit_concat,

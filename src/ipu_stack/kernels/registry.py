@@ -491,8 +491,8 @@ OTHER_SOURCES = {
     "fill_zero": "elementwise.S",
     "add": "elementwise.S", "mul": "elementwise.S", "gelu": "gelu_erf.S", "cast": "cast.S",
     "layer_norm": "layer_norm.S", "softmax": "softmax.S", "reduce_mean": "layer_norm.S",
-    **dict.fromkeys(("sub", "div", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow", "relu"),
-                    "unary.S"),
+    **dict.fromkeys(("sub", "div", "max", "min", "tanh", "sigmoid", "sqrt", "reciprocal", "neg",
+                     "pow", "relu"), "unary.S"),
 }  # fmt: skip
 # the indexing kernels' device code (units: kernels/units_indexing.py)
 _INDEXING_SOURCES = {"gather_rows": "gather.S", "transpose": "transpose.S", "concat": "concat.S",

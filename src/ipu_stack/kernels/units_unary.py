@@ -42,7 +42,9 @@ BROADCAST_TEMPLATE = TEMPLATE_DIR / "broadcast.S"
 
 #: unary.S operation codes (UN_OP)
 UNARY_OPS = {"tanh": 1, "sigmoid": 2, "sqrt": 3, "reciprocal": 4, "neg": 5, "pow": 6,
-             "sub": 7, "div": 8, "relu": 11}  # fmt: skip
+             "sub": 7, "div": 8, "relu": 11, "max": 12, "min": 13}  # fmt: skip
+#: two-operand kinds of unary.S (elementwise and column forms)
+BINARY_KINDS = ("sub", "div", "max", "min", "add", "mul")
 #: unary.S column form only (UN_COL): add and mul of [R, 1] columns
 COLUMN_OPS = {**UNARY_OPS, "add": 9, "mul": 10}
 #: pow exponents with device code: name tag -> (exponent, UN_POW code)
@@ -52,9 +54,9 @@ MAX_ITEMS = 65530  # the workers divide by 6 exactly below 2**16
 GUARD = 64  # kernel-run: bytes checked untouched before and after the output, above the stack
 
 _NAME = re.compile(
-    r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div)_(?P<p>f16|f32)_n(?P<n>\d+)"
+    r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div|max|min)_(?P<p>f16|f32)_n(?P<n>\d+)"
     r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)|gelu_tanh_f32_n(?P<tn>\d+)"
-    r"|(?P<ck>tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div|add|mul|pow)_(?P<cp>f16|f32)"
+    r"|(?P<ck>tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div|max|min|add|mul|pow)_(?P<cp>f16|f32)"
     r"(?:_e(?P<ce>2|3|4|0p5|m0p5|m1|m2))?_(?P<cform>col|colscalar)_r(?P<cr>\d+)"
     r"|(?P<bop>add|mul|r?sub|r?div)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast|rowbcast)"
     r"_r(?P<r>\d+)_c(?P<c>\d+))$"
@@ -106,8 +108,7 @@ class UnaryUnit:
 
     @property
     def inputs(self) -> int:
-        return 2 if self.broadcast or self.kind in (
-            "sub", "div", "add", "mul") else 1  # fmt: skip
+        return 2 if self.broadcast or self.kind in BINARY_KINDS else 1
 
     def flags(self) -> list[str]:
         """The ``-D`` flags specialising the template to this unit."""
@@ -205,7 +206,7 @@ def parse_unary(name: str) -> UnaryUnit | None:
             raise GraphError(f"unit {name}: {cols} columns out of range")
         return unit
     if m["cform"]:
-        kind, binary = m["ck"], m["ck"] in ("sub", "div", "add", "mul")
+        kind, binary = m["ck"], m["ck"] in BINARY_KINDS
         if (kind == "pow") != bool(m["ce"]) or (m["cform"] == "colscalar" and not binary):
             raise GraphError(f"unit {name}: pow takes an exponent, colscalar a binary kind")
         unit = UnaryUnit(name, kind, m["cp"], int(m["cr"]), exponent=m["ce"] or "",
@@ -470,7 +471,7 @@ def _one_column_job(call: MapCall, address: Any) -> tuple | None:
         if not tags:
             return None
         exponent = f"_e{tags[0]}"
-    if (len(ins) == 2) != (call.kind in ("add", "mul", "sub", "div")):
+    if (len(ins) == 2) != (call.kind in BINARY_KINDS):
         return None
     unit = _parse_or_none(f"{call.kind}_{out.dtype}{exponent}_{form}_r{out.rows}")
     if unit is None:

@@ -12,7 +12,8 @@ from ipu_stack.low.program import MapCall
 
 #: kinds defined here
 SIM_KINDS = (
-    "sub", "div", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow", "relu", "reduce_mean",
+    "sub", "div", "max", "min", "tanh", "sigmoid", "sqrt", "reciprocal", "neg", "pow", "relu",
+    "reduce_mean",
 )  # fmt: skip
 _SQRT_2_OVER_PI = np.float32(0.7978845608028654)
 _GELU_CUBIC = np.float32(0.044715)
@@ -37,6 +38,10 @@ def elementwise_semantics(call: MapCall, x: list[np.ndarray]) -> np.ndarray | No
             return a - x[1]
         if kind == "div":
             return a / x[1]
+        if kind == "max":
+            return np.maximum(a, x[1])
+        if kind == "min":
+            return np.minimum(a, x[1])
         if kind == "tanh":
             return np.tanh(a)
         if kind == "sigmoid":

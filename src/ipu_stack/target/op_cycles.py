@@ -20,9 +20,9 @@ CAST_BYTES_PER_CYCLE = ipu21.LOCAL_COPY_BYTES_PER_CYCLE
 
 
 # Kinds costed like add/mul (facts §12.2: Add 16 elements/cycle): one vector ALU operation per
-# element (sub, neg, relu: a max with zero), and reduce_mean, one add per *input* element
+# element (sub, max, min, neg, relu: a max with zero), and reduce_mean, one add per *input* element
 # plus one scale per row [I].
-ADD_LIKE = ("add", "mul", "sub", "neg", "relu", "reduce_mean")
+ADD_LIKE = ("add", "mul", "sub", "max", "min", "neg", "relu", "reduce_mean")
 # Kinds costed like GeLU (facts §12.2: 10 cycles/element): one divide, square root or
 # transcendental evaluation per element, as the erf of GeLU [I]. Not measured on a C600.
 GELU_LIKE = ("gelu", "tanh", "sigmoid", "sqrt", "reciprocal", "div", "pow")

@@ -4,11 +4,12 @@
 //   sub and div (equal shapes).
 //
 // Written for ipu-stack from the Tile Vertex ISA (ld32step/ld64step, rpt, runall, exitz,
-// f16v2tof32/f32v2tof16, f32v2add/sub/mul/max, f32div, f32sqrt, f32sigm, f32tanh; hover text of
+// f16v2tof32/f32v2tof16, f32v2add/sub/mul/max/min, f32div, f32sqrt, f32sigm, f32tanh; hover text of
 // graphcore/ipu_assembly_support) and shared/docs/ipu21-facts.md §16. Unit names (kernels/
-// units_unary.py): {tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div}_{f16|f32}_n{N},
+// units_unary.py): {tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div|max|min}_{f16|f32}_n{N},
 // pow_{f16|f32}_e{E}_n{N}, N even:
-//   UN_OP      1 tanh, 2 sigmoid, 3 sqrt, 4 reciprocal, 5 neg, 6 pow, 7 sub, 8 div, 11 relu
+//   UN_OP      1 tanh, 2 sigmoid, 3 sqrt, 4 reciprocal, 5 neg, 6 pow, 7 sub, 8 div, 11 relu,
+//              12 max, 13 min (two operands)
 //   UN_POW     pow: 1 x^2, 2 x^3, 3 x^4, 4 x^0.5, 5 x^-0.5, 6 x^-1, 7 x^-2
 //   UN_ITEMS   pairs of elements (N / 2)
 //   UN_F32     f32 data (64-bit items), else f16 (32-bit items, widened to f32)
@@ -149,6 +150,16 @@ UN_SYMBOL:
   nop
   f32v2max $a4:5, $a0:1, $a14:15
  }
+#elif UN_OP == 12
+ {
+  nop
+  f32v2max $a4:5, $a0:1, $a2:3
+ }
+#elif UN_OP == 13
+ {
+  nop
+  f32v2min $a4:5, $a0:1, $a2:3
+ }
 #elif UN_OP == 6 && (UN_POW == 1 || UN_POW == 2 || UN_POW == 3 || UN_POW == 7)
  {
   nop
@@ -210,7 +221,7 @@ UN_SYMBOL:
   ld64step $a0:1, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7 && UN_OP <= 10
+#if (UN_OP >= 7 && UN_OP <= 10) || UN_OP == 12 || UN_OP == 13
  {
   ld64step $a2:3, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP
   fnop
@@ -230,7 +241,7 @@ UN_SYMBOL:
   ld64step $a6:7, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7 && UN_OP <= 10
+#if (UN_OP >= 7 && UN_OP <= 10) || UN_OP == 12 || UN_OP == 13
  {
   ld64step $a8:9, $m2, $m7+=, WORKER_CONTEXTS * UN_B_STEP
   f16v2tof32 $a0:1, $a6
@@ -273,7 +284,7 @@ UN_SYMBOL:
   ld64step $a0:1, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7 && UN_OP <= 10
+#if (UN_OP >= 7 && UN_OP <= 10) || UN_OP == 12 || UN_OP == 13
  {
   ld64step $a2:3, $m2, $m4+=, 0
   fnop
@@ -289,7 +300,7 @@ UN_SYMBOL:
   ld32step $a6, $m1, $m4+=, 0
   fnop
  }
-#if UN_OP >= 7 && UN_OP <= 10
+#if (UN_OP >= 7 && UN_OP <= 10) || UN_OP == 12 || UN_OP == 13
  {
   ld32step $a7, $m2, $m4+=, 0
   f16v2tof32 $a0:1, $a6
