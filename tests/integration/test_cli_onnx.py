@@ -70,36 +70,44 @@ def test_bad_input_shape_argument_exits_2(bad, capsys):
     assert exit_info.value.code == 2
 
 
+def _simulated_and_onnxruntime(path: str, x: np.ndarray, precision: str = "f32"):
+    """(our simulated output, onnxruntime's) for the one-input, one-output model at ``path``,
+    imported at ``precision`` (the model converted first for f16), 8 quick tiles."""
+    import onnxruntime as ort
+
+    from ipu_stack.graph.onnx_import import import_onnx
+    from ipu_stack.graph.onnx_precision import convert_precision
+    from ipu_stack.package.build import BuildConfig, build
+    from ipu_stack.runtime.sim import SimDevice
+
+    want = ort.InferenceSession(path).run(None, {"x": x})[0]
+    model = onnx.load(path)
+    graph, bindings = import_onnx(convert_precision(model, "f16") if precision == "f16" else model)
+    config = BuildConfig(tiles=8, exchange_time_budget=0.05, finalists=1, compile_kernels=False)
+    built = build(graph, config)
+    feeds = bindings.feeds({"x": x.astype(np.float16 if precision == "f16" else np.float32)})
+    run = SimDevice().run(built.program, built.placement, built.schedules, feeds)
+    got = np.asarray(bindings.onnx_outputs(run.outputs)["y"], np.float64).reshape(want.shape)
+    return got, want
+
+
 @pytest.mark.parametrize(("precision", "width"), [("f16", 8), ("f32", 8), ("f32", 7), ("f16", 7)])
 def test_a_pointwise_conv_builds_and_matches_onnxruntime(tmp_path, precision, width):
     """A 1 x 1 convolution (an MLP over channels): at F16 its patch view's one-element pieces
     started inside 32-bit words and the build refused them; each pixel's channels are a row
     now. An odd number of F16 pixels still puts rows at odd offsets: refused, one line."""
-    import onnxruntime as ort
-
     from ipu_stack.errors import GraphError
-    from ipu_stack.graph.onnx_import import import_onnx
-    from ipu_stack.graph.onnx_precision import convert_precision
-    from ipu_stack.package.build import BuildConfig, build
-    from ipu_stack.runtime.sim import SimDevice
 
     rng = np.random.default_rng(5)
     weight = (rng.standard_normal((6, 5, 1, 1)) * 0.3).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1], name="pointwise")
     path = _save(tmp_path, [node], {"x": [2, 5, 3, width]}, {"w": weight})
     x = rng.standard_normal((2, 5, 3, width)).astype(np.float32)
-    want = ort.InferenceSession(path).run(None, {"x": x})[0]
-    model = onnx.load(path)
-    graph, bindings = import_onnx(convert_precision(model, "f16") if precision == "f16" else model)
-    config = BuildConfig(tiles=8, exchange_time_budget=0.05, finalists=1, compile_kernels=False)
     if precision == "f16" and width % 2:
         with pytest.raises(GraphError, match="start inside a 32-bit word"):
-            build(graph, config)
+            _simulated_and_onnxruntime(path, x, precision)
         return
-    built = build(graph, config)
-    feeds = bindings.feeds({"x": x.astype(np.float16 if precision == "f16" else np.float32)})
-    run = SimDevice().run(built.program, built.placement, built.schedules, feeds)
-    got = np.asarray(bindings.onnx_outputs(run.outputs)["y"], np.float64).reshape(want.shape)
+    got, want = _simulated_and_onnxruntime(path, x, precision)
     tolerance = 0.01 if precision == "f16" else 1e-5
     assert np.abs(got - want).max() <= tolerance * np.abs(want).max()
 
@@ -118,35 +126,17 @@ def test_general_convs_simulate_as_onnxruntime_computes_them(tmp_path, attrs, we
                                                             x_shape):  # fmt: skip
     """Padded, strided, depthwise and 1-D convolutions (windows, then a GEMM or a sum of
     per-channel products) through the build and the simulator, against onnxruntime."""
-    import onnxruntime as ort
-
-    from ipu_stack.graph.onnx_import import import_onnx
-    from ipu_stack.package.build import BuildConfig, build
-    from ipu_stack.runtime.sim import SimDevice
-
     rng = np.random.default_rng(6)
     weight = (rng.standard_normal(weight_shape) * 0.3).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **attrs)
     path = _save(tmp_path, [node], {"x": list(x_shape)}, {"w": weight})
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    want = ort.InferenceSession(path).run(None, {"x": x})[0]
-    graph, bindings = import_onnx(onnx.load(path))
-    config = BuildConfig(tiles=8, exchange_time_budget=0.05, finalists=1, compile_kernels=False)
-    built = build(graph, config)
-    run = SimDevice().run(built.program, built.placement, built.schedules, bindings.feeds({"x": x}))
-    got = np.asarray(bindings.onnx_outputs(run.outputs)["y"], np.float64).reshape(want.shape)
+    got, want = _simulated_and_onnxruntime(path, rng.standard_normal(x_shape).astype(np.float32))
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 
 def test_max_pool_and_clip_simulate_as_onnxruntime_computes_them(tmp_path):
     """ResNet's stem pooling (3 x 3, stride 2, padded with the lowest value) and MobileNet's
     ReLU6 (Clip 0..6): maxima and minima on the simulator, against onnxruntime."""
-    import onnxruntime as ort
-
-    from ipu_stack.graph.onnx_import import import_onnx
-    from ipu_stack.package.build import BuildConfig, build
-    from ipu_stack.runtime.sim import SimDevice
-
     nodes = [
         helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
                          pads=[1, 1, 1, 1], name="pool"),
@@ -155,10 +145,5 @@ def test_max_pool_and_clip_simulate_as_onnxruntime_computes_them(tmp_path):
     consts = {"lo": np.array(0.0, np.float32), "hi": np.array(0.6, np.float32)}
     path = _save(tmp_path, nodes, {"x": [2, 3, 9, 8]}, consts)
     x = np.random.default_rng(8).standard_normal((2, 3, 9, 8)).astype(np.float32)
-    want = ort.InferenceSession(path).run(None, {"x": x})[0]
-    graph, bindings = import_onnx(onnx.load(path))
-    config = BuildConfig(tiles=8, exchange_time_budget=0.05, finalists=1, compile_kernels=False)
-    built = build(graph, config)
-    run = SimDevice().run(built.program, built.placement, built.schedules, bindings.feeds({"x": x}))
-    got = np.asarray(bindings.onnx_outputs(run.outputs)["y"], np.float64).reshape(want.shape)
+    got, want = _simulated_and_onnxruntime(path, x)
     np.testing.assert_array_equal(got, want)
