@@ -147,3 +147,23 @@ def test_max_pool_and_clip_simulate_as_onnxruntime_computes_them(tmp_path):
     x = np.random.default_rng(8).standard_normal((2, 3, 9, 8)).astype(np.float32)
     got, want = _simulated_and_onnxruntime(path, x)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 3},
+    ],
+)
+def test_f16_convs_cut_their_windows_in_f32(tmp_path, attrs):
+    """At F16 a window at an odd column offset would start inside a 32-bit word: windows are
+    cut in F32 and the GEMM (or the depthwise sum's result) is F16 again."""
+    rng = np.random.default_rng(9)
+    shape = (3, 1, 3, 3) if attrs.get("group") else (4, 3, 3, 3)
+    weight = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **attrs)
+    path = _save(tmp_path, [node], {"x": [1, 3, 6, 7]}, {"w": weight})
+    x = rng.standard_normal((1, 3, 6, 7)).astype(np.float32)
+    got, want = _simulated_and_onnxruntime(path, x, "f16")
+    assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()

@@ -51,7 +51,8 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
         raise GraphError(f"input channels {c} but the weight takes {per_group}")
     if kh * kw > MAX_WINDOWS:
         raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
-    padded = _padded(imp, x, pads, out)
+    work = _as_f32(imp, x, out)  # windows at any column offset are whole words
+    padded = _padded(imp, work, pads, out)
     hp, wp = padded.shape[2:]
     oh = (hp - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wp - dilations[1] * (kw - 1) - 1) // strides[1] + 1
@@ -72,18 +73,27 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
         for kx in range(kw)
     ]
     if depthwise:
-        y = _depthwise(imp, windows, weight, x, out)
+        y = _depthwise(imp, windows, weight, work, out)
     else:
-        y = _im2col(imp, windows, weight, x, (n, c, oh, ow), out)
+        y = _im2col(imp, windows, weight, x.dtype, (n, c, oh, ow), out)
     bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else ""
     if bias_name:
         bias = imp.constant(bias_name)
         if bias is None:
             raise GraphError(f"the bias {bias_name!r} is computed at run time (constants only)")
-        shift = imp.derived(out, "bias", np.asarray(bias, np.float64).reshape(o, 1, 1), x)
+        shift = imp.derived(out, "bias", np.asarray(bias, np.float64).reshape(o, 1, 1), y)
         y = g.add(y, shift, name=imp.op_name(f"{out}/bias"))
+    if y.dtype != x.dtype:
+        y = g.cast(y, x.dtype, name=imp.op_name(f"{out}/{x.dtype}"))
     shape = (n, o, ow) if one_d else (n, o, oh, ow)
     return g.view(y, shape, name=imp.op_name(out))
+
+
+def _as_f32(imp: Importer, x: Value, out: str) -> Value:
+    """``x`` in F32 when its elements are narrower than a word: windows, pads and transposes of
+    F16 rows would put pieces at odd element offsets, inside 32-bit words, which exchange
+    cannot move; F32 elements are whole words."""
+    return imp.graph.cast(x, "f32", name=imp.op_name(f"{out}/f32")) if x.dtype == "f16" else x
 
 
 def _geometry(
@@ -158,11 +168,13 @@ def _im2col(
     imp: Importer,
     windows: list[Value],
     weight: np.ndarray,
-    like: Value,
+    dtype: str,
     shape: tuple[int, int, int, int],
     out: str,
 ) -> Value:
-    """The windows stacked along the channels, one GEMM with the weights, back to NCHW."""
+    """The windows stacked along the channels, one GEMM with the weights in ``dtype`` (the
+    rows cast to it first when the windows were cut wider), back to NCHW in the windows'
+    precision."""
     g = imp.graph
     n, c, oh, ow = shape
     o, _, kh, kw = weight.shape
@@ -171,10 +183,15 @@ def _im2col(
     )
     flat = g.view(stacked, (n, kh * kw * c, oh * ow), name=imp.op_name(f"{out}/columns"))
     rows = g.transpose(flat, (0, 2, 1), name=imp.op_name(f"{out}/rows"))
+    wide = rows.dtype
+    if wide != dtype:
+        rows = g.cast(rows, dtype, name=imp.op_name(f"{out}/rows_{dtype}"))
     # the stacked channel (ky * kw + kx) * C + c meets weight[o, c, ky, kx]
     columns = weight.transpose(2, 3, 1, 0).reshape(kh * kw * c, o)
-    w = imp.derived(out, "im2col", columns.astype(np.float64), like)
+    w = imp.derived(out, "im2col", columns.astype(np.float64), rows)
     y = g.gemm(rows, w, name=imp.op_name(f"{out}/gemm"))  # [N, OH*OW, O]
+    if wide != dtype:
+        y = g.cast(y, wide, name=imp.op_name(f"{out}/gemm_{wide}"))
     channels = g.transpose(y, (0, 2, 1), name=imp.op_name(f"{out}/channels"))
     return g.view(channels, (n, o, oh, ow), name=imp.op_name(f"{out}/nchw"))
 
@@ -218,7 +235,7 @@ def max_pool(imp: Importer, node: NodeProto, out: str) -> Value:
         raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
     strides, pads, dilations = _geometry(node, one_d, (kh, kw), x.shape[2:])
     lowest = float(np.finfo(np.float16 if x.dtype == "f16" else np.float32).min)
-    padded = _padded(imp, x, pads, out, lowest)
+    padded = _padded(imp, _as_f32(imp, x, out), pads, out, lowest)
     hp, wp = padded.shape[2:]
     oh = (hp - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wp - dilations[1] * (kw - 1) - 1) // strides[1] + 1
@@ -235,5 +252,7 @@ def max_pool(imp: Importer, node: NodeProto, out: str) -> Value:
                 else g.maximum(y, window, name=imp.op_name(f"{out}/max{ky}_{kx}"))
             )
     assert y is not None
+    if y.dtype != x.dtype:  # the maximum of F16 values is one of them: exact
+        y = g.cast(y, x.dtype, name=imp.op_name(f"{out}/{x.dtype}"))
     n, c = x.shape[:2]
     return g.view(y, (n, c, ow) if one_d else (n, c, oh, ow), name=imp.op_name(out))

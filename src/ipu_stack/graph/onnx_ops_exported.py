@@ -120,8 +120,7 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
             else [1, int(np.prod(x.shape))],
             name=imp.op_name(f"{out}/rows"),
         )
-        y = imp.graph.reduce_mean(rows, name=imp.op_name(f"{out}/mean"))
-        return imp.graph.view(y, kept_shape, name=imp.op_name(out))
+        return _row_means(imp, rows, kept_shape, out)
     y = imp.graph.reduce_mean(x, name=imp.op_name(out if keep else f"{out}/mean"))
     return y if keep else imp.graph.view(y, x.shape[:-1] or (1,), name=imp.op_name(out))
 
@@ -237,8 +236,20 @@ def emit_global_average_pool(imp: Importer, node: NodeProto, _: GemmFusion | Non
         raise GraphError(f"input shape {x.shape}: GlobalAveragePool needs N, C and spatial axes")
     n, c = x.shape[0], x.shape[1]
     rows = g.view(x, [n, c, int(np.prod(x.shape[2:]))], name=imp.op_name(f"{out}/rows"))
+    return _row_means(imp, rows, [n, c, *([1] * (len(x.shape) - 2))], out)
+
+
+def _row_means(imp: Importer, rows: Value, shape: list[int], out: str) -> Value:
+    """The mean of each row of ``rows`` as ``shape``. F16 means are taken in F32 and cast
+    back after the reshape: the means are one element per row, and moving one F16 element
+    per row into a packed tensor puts pieces inside 32-bit words, which exchange cannot do."""
+    g = imp.graph
+    narrow = rows.dtype == "f16"
+    if narrow:
+        rows = g.cast(rows, "f32", name=imp.op_name(f"{out}/f32"))
     y = g.reduce_mean(rows, name=imp.op_name(f"{out}/mean"))
-    return g.view(y, [n, c, *([1] * (len(x.shape) - 2))], name=imp.op_name(out))
+    y = g.view(y, shape, name=imp.op_name(f"{out}/shape" if narrow else out))
+    return g.cast(y, "f16", name=imp.op_name(out)) if narrow else y
 
 
 def emit_rms_norm(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
