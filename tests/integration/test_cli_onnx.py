@@ -167,3 +167,20 @@ def test_f16_convs_cut_their_windows_in_f32(tmp_path, attrs):
     x = rng.standard_normal((1, 3, 6, 7)).astype(np.float32)
     got, want = _simulated_and_onnxruntime(path, x, "f16")
     assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
+
+
+def test_f16_pooled_means_reshaped_to_rows(tmp_path):
+    """MobileNet's head at F16: a mean over H and W kept as [N, C, 1, 1], then reshaped to
+    [N, C]. One F16 element per row moved into a packed row would start inside a 32-bit
+    word; such views are taken in F32."""
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], axes=[2, 3], keepdims=1, name="pool"),
+        helper.make_node("Reshape", ["m", "shape"], ["y"], name="flat"),
+    ]
+    path = _save(tmp_path, nodes, {"x": [2, 5, 3, 4]}, {"shape": np.array([2, 5], np.int64)})
+    model = onnx.load(path)
+    model.opset_import[0].version = 17  # ReduceMean's axes as an attribute
+    onnx.save(model, path)
+    x = np.random.default_rng(10).standard_normal((2, 5, 3, 4)).astype(np.float32)
+    got, want = _simulated_and_onnxruntime(path, x, "f16")
+    assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()

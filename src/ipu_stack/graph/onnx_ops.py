@@ -294,7 +294,21 @@ def emit_reshape(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
                     f"shape {target}: 0 at axis {i} but the input has rank {len(x.shape)}"
                 )
             target[i] = x.shape[i]
-    return imp.graph.view(x, target or [1], name=imp.op_name(imp.label(node)))
+    return reshaped(imp, x, target or [1], imp.label(node))
+
+
+def reshaped(imp: Importer, x: Value, shape: Sequence[int], out: str) -> Value:
+    """``x`` viewed as ``shape``. An F16 view between rows of one element and longer rows is
+    taken in F32: one F16 element per row moved to (or from) a packed row starts inside a
+    32-bit word, which exchange cannot move, where an F32 element is a whole word."""
+    g = imp.graph
+    before = x.shape[-1] if x.shape else 1
+    after = shape[-1] if len(shape) else 1
+    if x.dtype != "f16" or before == after or min(before, after) != 1:
+        return g.view(x, shape, name=imp.op_name(out))
+    wide = g.cast(x, "f32", name=imp.op_name(f"{out}/f32"))
+    viewed = g.view(wide, shape, name=imp.op_name(f"{out}/view"))
+    return g.cast(viewed, "f16", name=imp.op_name(out))
 
 
 def _axes(imp: Importer, node: NodeProto) -> list[int] | None:
@@ -317,7 +331,7 @@ def emit_unsqueeze(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Valu
     shape = list(x.shape)
     for a in _normalised(axes, len(shape) + len(axes)):
         shape.insert(a, 1)
-    return imp.graph.view(x, shape, name=imp.op_name(imp.label(node)))
+    return reshaped(imp, x, shape, imp.label(node))
 
 
 def emit_squeeze(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -331,7 +345,7 @@ def emit_squeeze(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
     if any(x.shape[a] != 1 for a in axes):
         raise GraphError(f"cannot squeeze axes {axes} of shape {x.shape}")
     shape = [d for i, d in enumerate(x.shape) if i not in axes]
-    return imp.graph.view(x, shape or [1], name=imp.op_name(imp.label(node)))
+    return reshaped(imp, x, shape or [1], imp.label(node))
 
 
 def emit_flatten(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -342,7 +356,7 @@ def emit_flatten(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
         raise GraphError(f"axis {axis} out of range for shape {x.shape}")
     axis %= rank + 1
     rows = int(np.prod(x.shape[:axis]))
-    return imp.graph.view(x, (rows, x.size // rows), name=imp.op_name(imp.label(node)))
+    return reshaped(imp, x, (rows, x.size // rows), imp.label(node))
 
 
 def emit_transpose(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
