@@ -20,7 +20,7 @@ from onnx import NodeProto
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import Value
-from ipu_stack.graph.onnx_ops import _int, _ints
+from ipu_stack.graph.onnx_ops import _int, _ints, as_f32
 from ipu_stack.graph.onnx_patterns import attribute
 
 if TYPE_CHECKING:
@@ -40,7 +40,6 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
         weight = weight[:, :, None, :]
     if len(x.shape) != 4 or weight.ndim != 4:
         raise GraphError(f"input {x.shape} / weight {weight.shape}: only 1-D and 2-D Conv")
-    strides, pads, dilations = _geometry(node, one_d, weight.shape[2:], x.shape[2:])
     n, c, _, _ = x.shape
     o, per_group, kh, kw = weight.shape
     group = _int(node, "group", 1)
@@ -49,29 +48,8 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
         raise GraphError(f"group={group} with {o} outputs of {c} channels (only 1, or depthwise)")
     if group == 1 and per_group != c:
         raise GraphError(f"input channels {c} but the weight takes {per_group}")
-    if kh * kw > MAX_WINDOWS:
-        raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
-    work = _as_f32(imp, x, out)  # windows at any column offset are whole words
-    padded = _padded(imp, work, pads, out)
-    hp, wp = padded.shape[2:]
-    oh = (hp - dilations[0] * (kh - 1) - 1) // strides[0] + 1
-    ow = (wp - dilations[1] * (kw - 1) - 1) // strides[1] + 1
-    if oh < 1 or ow < 1:
-        raise GraphError(
-            f"the {kh}x{kw} kernel (dilations {dilations}) exceeds the input {x.shape}"
-        )
-    windows = [
-        _window(
-            imp,
-            padded,
-            (ky * dilations[0], kx * dilations[1]),
-            strides,
-            (oh, ow),
-            f"{out}/w{ky}_{kx}",
-        )
-        for ky in range(kh)
-        for kx in range(kw)
-    ]
+    work = as_f32(imp, x, f"{out}/f32")  # windows at any column offset are whole words
+    windows, (oh, ow) = _windows(imp, node, one_d, work, (kh, kw), out)
     if depthwise:
         y = _depthwise(imp, windows, weight, work, out)
     else:
@@ -89,11 +67,39 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
     return g.view(y, shape, name=imp.op_name(out))
 
 
-def _as_f32(imp: Importer, x: Value, out: str) -> Value:
-    """``x`` in F32 when its elements are narrower than a word: windows, pads and transposes of
-    F16 rows would put pieces at odd element offsets, inside 32-bit words, which exchange
-    cannot move; F32 elements are whole words."""
-    return imp.graph.cast(x, "f32", name=imp.op_name(f"{out}/f32")) if x.dtype == "f16" else x
+def _windows(
+    imp: Importer,
+    node: NodeProto,
+    one_d: bool,
+    x: Value,
+    kernel: tuple[int, int],
+    out: str,
+    fill: float = 0.0,
+) -> tuple[list[Value], tuple[int, int]]:
+    """The node's windows of the NCHW ``x`` (padded with ``fill``), one per kernel offset in
+    row-major order, and the output's height and width."""
+    kh, kw = kernel
+    if kh * kw > MAX_WINDOWS:
+        raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
+    strides, pads, dilations = _geometry(node, one_d, kernel, x.shape[2:])
+    padded = _padded(imp, x, pads, out, fill)
+    hp, wp = padded.shape[2:]
+    size = (
+        (hp - dilations[0] * (kh - 1) - 1) // strides[0] + 1,
+        (wp - dilations[1] * (kw - 1) - 1) // strides[1] + 1,
+    )
+    if min(size) < 1:
+        raise GraphError(
+            f"the {kh}x{kw} kernel (dilations {dilations}) exceeds the input {x.shape}"
+        )
+    windows = [
+        _window(
+            imp, padded, (ky * dilations[0], kx * dilations[1]), strides, size, f"{out}/w{ky}_{kx}"
+        )
+        for ky in range(kh)
+        for kx in range(kw)
+    ]
+    return windows, size
 
 
 def _geometry(
@@ -104,8 +110,7 @@ def _geometry(
     strides = _ints(attribute(node, "strides", [1] * rank))  # type: ignore[arg-type]
     dilations = _ints(attribute(node, "dilations", [1] * rank))  # type: ignore[arg-type]
     pads = _ints(attribute(node, "pads", [0] * 2 * rank))  # type: ignore[arg-type]
-    auto_pad = attribute(node, "auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    auto_pad = auto_pad_of(node)
     if one_d:
         strides, dilations, pads = [1, *strides], [1, *dilations], [0, pads[0], 0, pads[1]]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -121,6 +126,12 @@ def _geometry(
     if min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
         raise GraphError(f"strides {strides}, dilations {dilations}, pads {pads}: invalid")
     return strides, pads, dilations
+
+
+def auto_pad_of(node: NodeProto) -> str:
+    """The node's ``auto_pad`` attribute as text (``NOTSET`` when absent)."""
+    value = attribute(node, "auto_pad", b"NOTSET")
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _padded(imp: Importer, x: Value, pads: list[int], out: str, fill: float = 0.0) -> Value:
@@ -230,28 +241,12 @@ def max_pool(imp: Importer, node: NodeProto, out: str) -> Value:
         kernel = [1, *kernel]
     if len(x.shape) != 4 or len(kernel) != 2:
         raise GraphError(f"input {x.shape}, kernel {kernel}: only 1-D and 2-D MaxPool")
-    kh, kw = kernel
-    if kh * kw > MAX_WINDOWS:
-        raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
-    strides, pads, dilations = _geometry(node, one_d, (kh, kw), x.shape[2:])
     lowest = float(np.finfo(np.float16 if x.dtype == "f16" else np.float32).min)
-    padded = _padded(imp, _as_f32(imp, x, out), pads, out, lowest)
-    hp, wp = padded.shape[2:]
-    oh = (hp - dilations[0] * (kh - 1) - 1) // strides[0] + 1
-    ow = (wp - dilations[1] * (kw - 1) - 1) // strides[1] + 1
-    if oh < 1 or ow < 1:
-        raise GraphError(f"the {kh}x{kw} window exceeds the input {x.shape}")
-    y: Value | None = None
-    for ky in range(kh):
-        for kx in range(kw):
-            window = _window(imp, padded, (ky * dilations[0], kx * dilations[1]), strides,
-                             (oh, ow), f"{out}/w{ky}_{kx}")  # fmt: skip
-            y = (
-                window
-                if y is None
-                else g.maximum(y, window, name=imp.op_name(f"{out}/max{ky}_{kx}"))
-            )
-    assert y is not None
+    wide = as_f32(imp, x, f"{out}/f32")
+    windows, (oh, ow) = _windows(imp, node, one_d, wide, (kernel[0], kernel[1]), out, lowest)
+    y = windows[0]
+    for k, window in enumerate(windows[1:], 1):
+        y = g.maximum(y, window, name=imp.op_name(f"{out}/max{k}"))
     if y.dtype != x.dtype:  # the maximum of F16 values is one of them: exact
         y = g.cast(y, x.dtype, name=imp.op_name(f"{out}/{x.dtype}"))
     n, c = x.shape[:2]

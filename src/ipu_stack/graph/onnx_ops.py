@@ -306,9 +306,14 @@ def reshaped(imp: Importer, x: Value, shape: Sequence[int], out: str) -> Value:
     after = shape[-1] if len(shape) else 1
     if x.dtype != "f16" or before == after or min(before, after) != 1:
         return g.view(x, shape, name=imp.op_name(out))
-    wide = g.cast(x, "f32", name=imp.op_name(f"{out}/f32"))
-    viewed = g.view(wide, shape, name=imp.op_name(f"{out}/view"))
+    viewed = g.view(as_f32(imp, x, f"{out}/f32"), shape, name=imp.op_name(f"{out}/view"))
     return g.cast(viewed, "f16", name=imp.op_name(out))
+
+
+def as_f32(imp: Importer, x: Value, name: str) -> Value:
+    """``x`` in F32 when it is F16 (else ``x``): F16 pieces at odd element offsets start inside
+    32-bit words, which exchange cannot move; F32 elements are whole words."""
+    return imp.graph.cast(x, "f32", name=imp.op_name(name)) if x.dtype == "f16" else x
 
 
 def _axes(imp: Importer, node: NodeProto) -> list[int] | None:

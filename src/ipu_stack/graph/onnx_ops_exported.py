@@ -25,6 +25,7 @@ from ipu_stack.graph.onnx_ops import (
     _int,
     _ints,
     _required_constant,
+    as_f32,
     emit_div,
     emit_sub,
 )
@@ -245,9 +246,7 @@ def _row_means(imp: Importer, rows: Value, shape: list[int], out: str) -> Value:
     per row into a packed tensor puts pieces inside 32-bit words, which exchange cannot do."""
     g = imp.graph
     narrow = rows.dtype == "f16"
-    if narrow:
-        rows = g.cast(rows, "f32", name=imp.op_name(f"{out}/f32"))
-    y = g.reduce_mean(rows, name=imp.op_name(f"{out}/mean"))
+    y = g.reduce_mean(as_f32(imp, rows, f"{out}/f32"), name=imp.op_name(f"{out}/mean"))
     y = g.view(y, shape, name=imp.op_name(f"{out}/shape" if narrow else out))
     return g.cast(y, "f16", name=imp.op_name(out)) if narrow else y
 
@@ -375,14 +374,14 @@ def _is_patch_embedding(node: NodeProto, x: Value, weight: np.ndarray) -> bool:
     if len(x.shape) != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
         return False
     kernel = tuple(_ints(attribute(node, "kernel_shape", list(weight.shape[2:]))))  # type: ignore[arg-type]
-    auto_pad = attribute(node, "auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    from ipu_stack.graph.onnx_conv import auto_pad_of
+
     return (
         _int(node, "group", 1) == 1
         and all(d == 1 for d in _ints(attribute(node, "dilations", [1, 1])))  # type: ignore[arg-type]
         and tuple(_ints(attribute(node, "strides", [1, 1]))) == kernel  # type: ignore[arg-type]
         and not any(_ints(attribute(node, "pads", [0, 0, 0, 0])))  # type: ignore[arg-type]
-        and auto_pad in ("NOTSET", "VALID")
+        and auto_pad_of(node) in ("NOTSET", "VALID")
         and kernel == tuple(weight.shape[2:])
     )
 

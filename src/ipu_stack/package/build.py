@@ -384,14 +384,12 @@ def _refined(best: Evaluated, config: BuildConfig, trace: Trace, memo: ScheduleM
     return best
 
 
-def _faster(kept: Evaluated | None, found: Evaluated, scale: float, trace: Trace) -> Evaluated:
+def _faster(kept: Evaluated, found: Evaluated, scale: float, trace: Trace) -> Evaluated:
     """``found`` (planned at capacity ``scale``) or the plan ``kept`` from an earlier round,
     whichever the simulator's clock will charge fewer cycles (:func:`predicted_cycles`).
     ``kept`` is judged on its quick schedules (refined only if it stays), which refining
     reschedules only where the gap to a phase's bound is worth it: a bias of at most those
     gaps toward ``found``."""
-    if kept is None:
-        return found
     before, now = predicted_cycles(kept), predicted_cycles(found)
     trace.event(
         "compared plans of two capacity rounds",
