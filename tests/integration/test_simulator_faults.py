@@ -71,11 +71,16 @@ def test_receiver_with_two_senders_in_one_cycle(small_build):
     index, (phase, _schedule) = next(iter(built.schedules.items()))
     receivers = [d for t in phase.transfers for d in t.destination_tiles]
     assert len(receivers) > len(set(receivers)), "fixture must have a tile with two senders"
-    crowded = PhaseSchedule(  # all at cycle 80: past every release (at most 77 cycles)
-        tuple((Piece(80, 0, t.words),) for t in phase.transfers),
-        80 + max(t.words for t in phase.transfers),
-        "broken",
-    )
+    # each physical pair's first send at cycle 80 (past every release, at most 77 cycles), its
+    # others after it (a paired send holds both tiles' send ports): the senders are free, the
+    # receivers are not
+    busy: dict[int, int] = {}
+    pieces = []
+    for t in phase.transfers:
+        start = busy.get(t.source & ~2, 80)
+        pieces.append((Piece(start, 0, t.words),))
+        busy[t.source & ~2] = start + t.words
+    crowded = PhaseSchedule(tuple(pieces), max(busy.values()), "broken")
     built.schedules[index] = (phase, crowded)
     with pytest.raises(ScheduleError, match="receives from two senders in cycle"):
         run(built, feeds)

@@ -107,6 +107,7 @@ COMPONENT_OPTIMUM = "component-optimum"
 EARLIEST_FIT = "earliest-fit"
 WAVES = "matching-waves"
 CLIQUE_PATHS = "clique-paths"
+MULTICAST_FIRST = "multicast-first"
 PREEMPTIVE_FIT = "preemptive-fit"
 
 
@@ -272,6 +273,15 @@ def _optimize(
             order = wave_order(problem)
             if order is not None:
                 candidates.append((earliest_fit(problem, order), WAVES))
+        # An all-gather among whole pairs is half unicasts (each sender's own partner) and half
+        # paired multicasts (low/pair_multicasts.py): the multicasts placed first, in priority
+        # order, and the unicasts fitted around them (SigLIP MLP batch 4: 22,366 -> 21,083).
+        multicast = problem.arrays.fanouts > 1
+        if multicast.any() and worth(0.0):
+            ranked = by_priority()
+            first = multicast[ranked]
+            order = np.concatenate((ranked[first], ranked[~first]))
+            candidates.append((earliest_fit(problem, order), MULTICAST_FIRST))
     else:
         # Multicast cliques (GEMM operand groups) in a short latency-aware order.
         order = clique_order(problem)

@@ -17,6 +17,7 @@ from ipu_stack.low.lower_gemm import folded_shapes, lower_gemm
 from ipu_stack.low.lower_indexing import INDEXING_LOWERINGS
 from ipu_stack.low.lower_ops import LOWERINGS, OpLowering
 from ipu_stack.low.makers import make_buffer
+from ipu_stack.low.pair_multicasts import split_for_pairs
 from ipu_stack.low.program import (
     Binding,
     KernelCall,
@@ -168,6 +169,8 @@ def _lower_program(
         buffers.append(buf)
     # Elementwise rows that local copies would move are written where they are wanted.
     buffers, _ = write_in_place(builder.steps, buffers, bindings + outputs)
+    # Multicasts among whole pairs that miss only the sender's partner: pairable (64-bit).
+    split_for_pairs(builder.steps)
     used = max((b.tile for b in buffers), default=-1) + 1
     if used > tile_count:  # pragma: no cover - the planner never exceeds the budget
         raise AssertionError(f"program uses {used} tiles, budget {tile_count}")

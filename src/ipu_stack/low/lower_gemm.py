@@ -205,6 +205,7 @@ def lower_gemm(
         reused = delivered.get(reuse_key)
     else:
         reused = None
+    pair_columns = plan.left_mode != "resident" and pc % 2 == 0
     for bi in range(pb):
         b0, b1 = bi * plan.batch_block, min(batch, (bi + 1) * plan.batch_block)
         # operand batch slots of this batch part, and each output batch entry's slots
@@ -219,7 +220,10 @@ def lower_gemm(
                 group = []
                 for ki in range(pk):
                     k0, k1 = ki * plan.k_block, min(k, (ki + 1) * plan.k_block)
-                    tile = ((bi * pr + ri) * pc + ci) * pk + ki
+                    if pair_columns:  # tiles sharing a left block side by side (pairs)
+                        tile = ((bi * pr + ri) * pk + ki) * pc + ci
+                    else:
+                        tile = ((bi * pr + ri) * pc + ci) * pk + ki
                     if tile_offset:
                         tile = (tile_offset + tile) % tile_count
                     rows = r1 - r0

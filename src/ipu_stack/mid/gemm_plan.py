@@ -11,7 +11,9 @@ Cost model (all per busiest tile, in cycles):
     kernel      = batches x (kernel registry cycles(rows, kc, c) + launch)
     operands    = words to receive for exchanged operands (host inputs are delivered split
                   across the tiles that share a block and multicast between them: a group of
-                  g >= 3 tiles needs the whole block time, g == 2 half of it, g == 1 nothing)
+                  g >= 3 tiles needs the whole block time, g == 2 half of it, g == 1 nothing;
+                  a left block shared by whole physical pairs of tiles moves as 64-bit items:
+                  half the time moved, (g + 1) / 2g of it distributed)
     reduction   = (pk - 1) x slice words + add kernel
     syncs       = 600 per exchange phase
 Parameters (weights) are stored in whatever layout the plan wants, replicated as needed; they
@@ -155,10 +157,15 @@ def _round_up(x: np.ndarray, m: int) -> np.ndarray:
     return _ceil_div(x, m) * m
 
 
-def _multicast_cycles(words: np.ndarray, group: np.ndarray) -> np.ndarray:
+def _multicast_cycles(words: np.ndarray, group: np.ndarray, paired: np.ndarray) -> np.ndarray:
     # A block split over g tiles and multicast among them: for g >= 3 every pair of transfers
     # shares a receiver, so they serialise to the whole block; g == 2 swaps halves in parallel.
-    return np.where(group >= 3, words, np.where(group == 2, _ceil_div(words, 2), 0))
+    # With the g tiles side by side in whole physical pairs (``paired``), a chunk reaches the
+    # other pairs as 64-bit items (half the cycles on each receiver, and its source partner's
+    # receive port held as long) and the source's partner by itself: (g + 1) / 2 chunks' time
+    # (low/pair_multicasts.py).
+    whole = np.where(paired, _ceil_div(words * (group + 1), 2 * np.maximum(group, 1)), words)
+    return np.where(group >= 3, whole, np.where(group == 2, _ceil_div(words, 2), 0))
 
 
 def _packs(
@@ -313,12 +320,15 @@ def _rank_plans(
     left_step_bytes = left_slots * rb * kstep * eb
     right_step_bytes = right_slots * kstep * cols * eb
 
-    def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray):
+    def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray, paired: np.ndarray):
         words = step_bytes // 4
+        moved = words  # pieces cut by the producer's layout: paired only in part
         exchange = np.where(
             mode == MODE_CODES["resident"],
             0,
-            np.where(mode == MODE_CODES["distributed"], _multicast_cycles(words, group), words),
+            np.where(
+                mode == MODE_CODES["distributed"], _multicast_cycles(words, group, paired), moved
+            ),
         )
         resident = mode == MODE_CODES["resident"]
         split = (mode == MODE_CODES["distributed"]) & ((steps > 1) | p.in_loop)
@@ -337,9 +347,14 @@ def _rank_plans(
         host = np.where(resident, work, np.where(split, home, chunk))
         return exchange * steps, work, home, copy * steps, host
 
-    left_x, left_work, left_home, left_copy, left_host = operand(lmode, left_step_bytes, left_group)
+    # The tiles that share a left block sit side by side when the columns split evenly
+    # (lower_gemm's tile order), so its multicasts reach whole physical pairs.
+    left_paired = (pc % 2 == 0) & (left_step_bytes // 4 >= 2 * ipu21.PAIRED_MIN_WORDS)
+    left_x, left_work, left_home, left_copy, left_host = operand(
+        lmode, left_step_bytes, left_group, left_paired
+    )
     right_x, right_work, right_home, right_copy, right_host = operand(
-        rmode, right_step_bytes, right_group
+        rmode, right_step_bytes, right_group, np.zeros_like(pc, dtype=bool)
     )
     host_bytes = left_host + right_host
     operand_x = left_x + right_x

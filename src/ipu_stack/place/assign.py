@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ipu_stack.errors import PlanError
-from ipu_stack.exchange.model import ExchangePhase, Transfer
+from ipu_stack.exchange.model import PAIRED64, WORD32, ExchangePhase, Transfer
 from ipu_stack.low.program import (
     AddCall,
     ComputeStep,
@@ -30,8 +30,13 @@ from ipu_stack.low.program import (
     View,
 )
 from ipu_stack.place.sram import BufferRequest, Region, allocate_tile, region_peaks
-from ipu_stack.target.ipu21 import DEFAULT_SUPPORT_RESERVATION_BYTES, TILES
-from ipu_stack.target.topology import logical_to_physical
+from ipu_stack.target.ipu21 import (
+    DEFAULT_SUPPORT_RESERVATION_BYTES,
+    PAIRED_ALIGN,
+    PAIRED_MIN_WORDS,
+    TILES,
+)
+from ipu_stack.target.topology import PAIR_PARTNER_BIT, logical_to_physical
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,16 +404,33 @@ def _separate(requests: list[_Request], avoid: dict[str, set[str]]) -> list[_Req
 
 
 def physical_phase(step: ExchangeStep, placement: Placement) -> ExchangePhase:
-    """The exchange step with physical tile ids and byte addresses."""
+    """The exchange step with physical tile ids and byte addresses; a transfer that can move
+    as 64-bit paired items (:func:`paired_width`) is marked so."""
     phys = placement.physical.tolist()
     addresses = placement.addresses()
-    transfers = tuple(
-        Transfer(
-            phys[t.source_tile],
-            addresses[t.source_tile][t.source[0]] + t.source[1],
-            tuple([(phys[tile], addresses[tile][r[0]] + r[1]) for tile, r in t.destinations]),
-            t.words,
+    transfers = []
+    for t in step.transfers:
+        source = phys[t.source_tile]
+        address = addresses[t.source_tile][t.source[0]] + t.source[1]
+        dests = tuple([(phys[tile], addresses[tile][r[0]] + r[1]) for tile, r in t.destinations])
+        transfers.append(
+            Transfer(source, address, dests, t.words, paired_width(address, dests, t.words))
         )
-        for t in step.transfers
-    )
-    return ExchangePhase(transfers, TILES)
+    return ExchangePhase(tuple(transfers), TILES)
+
+
+def paired_width(source_address: int, destinations: tuple[tuple[int, int], ...], words: int) -> str:
+    """``"paired64"`` for a multicast the exchange can move as 64-bit items, else ``"word32"``.
+
+    The rules (facts §8.5 [T], §7.4 [R]): at least ``PAIRED_MIN_WORDS`` words, an even count,
+    8-byte-aligned source and destination addresses, and destinations in complete physical
+    pairs (tile ``d`` receives exactly when its partner ``d ^ 2`` does: both tiles of a pair
+    take every item). Each such pair then receives at two words per cycle.
+    """
+    if words < PAIRED_MIN_WORDS or words % 2 or source_address % PAIRED_ALIGN:
+        return WORD32
+    tiles = {d for d, _ in destinations}
+    for d, a in destinations:
+        if a % PAIRED_ALIGN or d ^ PAIR_PARTNER_BIT not in tiles:
+            return WORD32
+    return PAIRED64

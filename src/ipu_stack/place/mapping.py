@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ipu_stack.low.program import ExchangeStep, LowProgram
-from ipu_stack.target.ipu21 import EXCHANGE_PHASE_OVERHEAD, TILES
+from ipu_stack.target.ipu21 import EXCHANGE_PHASE_OVERHEAD, PAIRED_MIN_WORDS, TILES
 from ipu_stack.target.topology import logical_to_physical
 
 
@@ -30,8 +30,20 @@ class MappingChoice:
     mapped: bool
 
 
-def _loads(program: LowProgram) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per exchange step: words sent and received by each logical tile."""
+@dataclass(frozen=True, slots=True)
+class _StepLoad:
+    """One exchange step's transfers as arrays (logical tiles)."""
+
+    sources: np.ndarray
+    words: np.ndarray
+    owners: np.ndarray  # per destination entry: its transfer
+    destinations: np.ndarray
+    keys: np.ndarray  # sorted ``owner * n + destination``
+    pairable: np.ndarray  # per transfer: a word count a paired move allows (facts §8.5)
+
+
+def _loads(program: LowProgram) -> list[_StepLoad]:
+    """Per exchange step: its transfers' sources, words and destinations."""
     out = []
     n = program.tile_count
     for step in program.steps:
@@ -47,23 +59,52 @@ def _loads(program: LowProgram) -> list[tuple[np.ndarray, np.ndarray]]:
             dtype=np.int64,
             count=int(fanouts.sum()),
         )
-        received = _summed(destinations, np.repeat(words, fanouts), n)
-        out.append((_summed(sources, words, n), received))
+        owners = np.repeat(np.arange(count, dtype=np.int64), fanouts)
+        pairable = (words >= PAIRED_MIN_WORDS) & (words % 2 == 0) & (fanouts >= 2)
+        keys = np.sort(owners * n + destinations)
+        out.append(_StepLoad(sources, words, owners, destinations, keys, pairable))
     return out
 
 
+def _paired(load: _StepLoad, partner: np.ndarray, n: int) -> np.ndarray:
+    """Per transfer: whether its destinations come in complete physical pairs under the
+    mapping whose logical partner of each tile is ``partner`` (-1: none)."""
+    if load.keys.size == 0:
+        return load.pairable
+    mate = partner[load.destinations]
+    key = load.owners * n + mate
+    pos = np.minimum(np.searchsorted(load.keys, key), load.keys.size - 1)
+    found = (mate >= 0) & (load.keys[pos] == key)
+    missing = np.bincount(load.owners[~found], minlength=load.words.size)
+    return load.pairable & (missing == 0)
+
+
 def _summed(tiles: np.ndarray, words: np.ndarray, n: int) -> np.ndarray:
-    """Words per tile ``0..n-1``, summed in int64 (``np.add.at`` indexes as the loop did)."""
-    totals = np.zeros(n, dtype=np.int64)
-    np.add.at(totals, tiles, words)
-    return totals
+    """Words per tile ``0..n-1``, summed in int64."""
+    return np.bincount(tiles, weights=words, minlength=n).astype(np.int64)
 
 
-def _score(loads: list[tuple[np.ndarray, np.ndarray]], physical: np.ndarray) -> tuple[int, int]:
-    """(cycles, pressure): summed per-step bottlenecks; pressure counts pair buses only."""
+def _score(loads: list[_StepLoad], physical: np.ndarray) -> tuple[int, int]:
+    """(cycles, pressure): summed per-step bottlenecks; pressure counts pair buses only.
+
+    A multicast whose destinations form complete physical pairs under this mapping moves as
+    64-bit items (``place/assign.py: paired_width``): half the cycles on its source's bus and
+    on each receiver, and it holds the source partner's receive port as long.
+    """
+    n = physical.size
     bus = physical & ~2  # both tiles of a pair map to one bus id
+    logical = np.full(TILES, -1, dtype=np.int64)
+    logical[physical] = np.arange(n)
+    partner = logical[physical ^ 2]
     cycles = pressure = 0
-    for sent, recv in loads:
+    for load in loads:
+        paired = _paired(load, partner, n)
+        cost = np.where(paired, load.words // 2, load.words)
+        sent = _summed(load.sources, cost, n)
+        recv = _summed(load.destinations, cost[load.owners], n)
+        mates = partner[load.sources[paired]]
+        held = mates >= 0
+        recv += _summed(mates[held], cost[paired][held], n)
         bus_load = np.bincount(bus, weights=sent, minlength=TILES)
         worst_bus = int(bus_load.max()) if bus_load.size else 0
         cycles += EXCHANGE_PHASE_OVERHEAD + max(worst_bus, int(recv.max(initial=0)))

@@ -48,6 +48,11 @@ RESERVED_RANGES: tuple[tuple[int, int], ...] = (
 # --- Exchange and sync ---------------------------------------------------------------------
 EXCHANGE_BYTES_PER_CYCLE = 4  # facts §7.5 [T]/[I]: one 32-bit word per cycle each way per tile
 WORD_BYTES = 4
+# facts §8.5 [T]: a paired 64-bit multicast needs >= 64 items (SEPT's mapping model: >= 128
+# words, an even count) and 8-byte-aligned addresses (`sendpicp`); §7.4 [R]: both tiles of a
+# physical pair then receive the same data in the same cycles.
+PAIRED_MIN_WORDS = 128
+PAIRED_ALIGN = 8
 SYNC_CYCLES = 600  # facts §10.2 [T]: global sync per exchange phase on ipu21
 # Estimates add the worst pair latency once per phase: the slowest C600 pair's send-to-write
 # time, ``time_to_mux + 1 + 52 + 2 x row`` at its release (facts §8.4, §8.5, §9 [T]); 165,
