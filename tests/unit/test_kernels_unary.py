@@ -85,6 +85,8 @@ def test_names():
     assert parse_unary("pow_f32_e2_n4").flags()[-1] == "-DUN_F32=1"
     with pytest.raises(GraphError):
         parse_unary("gelu_f16_n7")
+    assert parse_unary("reciprocal_f32_col_r3").out_stride == 8
+    assert parse_unary("sqrt_f32_n4_o4") is None  # _o4 is a column form only
     with pytest.raises(GraphError):
         parse_unary("add_f16_colbcast_r4_c3")  # rows must be whole 8-byte atoms
 
@@ -197,6 +199,36 @@ def test_column_form_pad_not_zeroed_is_caught(tmp_path):
     assert not report["ok"]
 
 
+@pytest.mark.parametrize(
+    ("name", "seed"),
+    [("reciprocal_f32_col_r1_o4", 0), ("div_f32_col_r1_o4", 1), ("reciprocal_f32_col_r20_o4", 2),
+     ("div_f32_colscalar_r17_o4", 3), ("pow_f32_em0p5_col_r13_o4", 0), ("sub_f16_col_r19_o4", 1),
+     ("reciprocal_f16_col_r20_o4", 2)],
+)  # fmt: skip
+def test_column_form_with_rows_4_bytes_apart(name, seed):
+    """``_o4``: output rows 4 bytes apart (F16 rows with a zero pad), at an address 4 mod 8."""
+    unit = parse_unary(name)
+    assert unit.out_stride == 4 and "-DUN_OUT_STRIDE=4" in unit.flags()
+    assert unit.call().out.stride == 4
+    report = kernel_run(name, seed=seed)
+    assert report["ok"], report
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new"),
+    [
+        ("reciprocal_f32_col_r20_o4", "st32step $a4, $m3, $m6+=, WORKER_CONTEXTS",
+         "st32step $a4, $m3, $m6+=, 2 * WORKER_CONTEXTS"),  # rows 8 bytes apart again
+        ("reciprocal_f32_col_r1_o4", "st32step $a4, $m3, $m6+=, WORKER_CONTEXTS",
+         "st32step $a5, $m3, $m6+=, WORKER_CONTEXTS"),  # the pad lane's 1 / 0
+        ("reciprocal_f16_col_r20_o4", "mul $m6, $m0, UN_OUT_STRIDE", "mul $m6, $m0, 8"),
+    ],
+)  # fmt: skip
+def test_column_form_with_rows_4_bytes_apart_mutants_are_caught(tmp_path, name, old, new):
+    report = kernel_run(name, _mutant(tmp_path, "unary.S", old, new), seed=0)
+    assert not report["ok"]
+
+
 def test_column_jobs():
     col, one = _view(5, 1, "f32", stride=8), _view(1, 1, "f32", stride=8)
 
@@ -209,6 +241,14 @@ def test_column_jobs():
     assert name("sub", one, col) is None  # a scalar first operand of sub: modelled
     assert name("div", col, one) == "div_f32_colscalar_r5"
     assert name("pow", col, attrs=(("exponent", -1.0),)) == "pow_f32_em1_col_r5"
+    # written into a consumer's operand (low/in_place.py): output rows 4 bytes apart
+    for rows, kind, ins in ((5, "sqrt", (col,)), (1, "div", (one, one)), (1, "reciprocal", (one,))):
+        out = _view(rows, 1, "f32", stride=4)
+        job = emulate_job(MapCall(0, kind, out, ins), lambda *a: 0x50004)
+        assert job is not None and job[0] == f"{kind}_f32_col_r{rows}_o4"
+        assert "-DUN_OUT_STRIDE=4" in job[2]
+    for out in (_view(1, 1, "f16", stride=2), _view(5, 1, "f32", stride=16)):
+        assert emulate_job(MapCall(0, "sqrt", out, (col,)), lambda *a: 0x50000) is None
 
 
 @pytest.mark.parametrize("kind", ["gelu", "gelu_tanh", "tanh", "sqrt", "pow3", "sigmoid"])

@@ -11,6 +11,8 @@ Unit names (N elements, even; R rows of C columns):
 - column form of unary.S, [R, 1] operands staged one element per 8-byte row, pads written as
   zeros: ``{kind}_{f16|f32}[_e{E}]_col_r{R}`` (the kinds above and add/mul/sub/div of two
   columns) and ``{add|mul|sub|div}_{f16|f32}_colscalar_r{R}`` (the second operand [1, 1]);
+  with ``_o4`` the output rows are 4 bytes apart (F32 rows without pads, F16 rows with a
+  2-byte zero pad), as ``low/in_place.py`` leaves a one-row result written into its consumer;
 - ``{add|mul|sub|div|rsub|rdiv}_{f16|f32}_{colbcast|scalarbcast}_r{R}_c{C}`` and
   ``{sub|div|rsub|rdiv}_{f16|f32}_rowbcast_r{R}_c{C}``: an [R, C] operand with an [R, 1]
   column (rows 8 bytes apart), a [1, 1] scalar or a [1, C] row; ``r``: the broadcast operand
@@ -57,7 +59,7 @@ _NAME = re.compile(
     r"^(?:(?P<k>gelu|tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div|max|min)_(?P<p>f16|f32)_n(?P<n>\d+)"
     r"|pow_(?P<pp>f16|f32)_e(?P<e>2|3|4|0p5|m0p5|m1|m2)_n(?P<pn>\d+)|gelu_tanh_f32_n(?P<tn>\d+)"
     r"|(?P<ck>tanh|sigmoid|sqrt|reciprocal|neg|relu|sub|div|max|min|add|mul|pow)_(?P<cp>f16|f32)"
-    r"(?:_e(?P<ce>2|3|4|0p5|m0p5|m1|m2))?_(?P<cform>col|colscalar)_r(?P<cr>\d+)"
+    r"(?:_e(?P<ce>2|3|4|0p5|m0p5|m1|m2))?_(?P<cform>col|colscalar)_r(?P<cr>\d+)(?P<o4>_o4)?"
     r"|(?P<bop>add|mul|r?sub|r?div)_(?P<bp>f16|f32)_(?P<form>colbcast|scalarbcast|rowbcast)"
     r"_r(?P<r>\d+)_c(?P<c>\d+))$"
 )
@@ -75,6 +77,7 @@ class UnaryUnit:
     rows: int = 1  # broadcast forms
     form: str = ""  # colbcast | scalarbcast | rowbcast | col | colscalar | "" (elementwise)
     swap: bool = False  # broadcast forms: the broadcast operand comes first (rsub, rdiv)
+    out_stride: int = 8  # column forms: bytes between output rows (8, or 4 with ``_o4``)
 
     @property
     def broadcast(self) -> bool:
@@ -103,7 +106,8 @@ class UnaryUnit:
 
     @property
     def column(self) -> bool:
-        """unary.S column form: R rows of one element, 8 bytes apart."""
+        """unary.S column form: R rows of one element, inputs 8 bytes apart (the output
+        ``out_stride``)."""
         return self.form in ("col", "colscalar")
 
     @property
@@ -118,6 +122,8 @@ class UnaryUnit:
                    f"-DUN_SYMBOL={self.entry}", "-DUN_COL=1"]  # fmt: skip
             if self.form == "colscalar":
                 out.append("-DUN_B_STEP=0")
+            if self.out_stride != 8:
+                out.append(f"-DUN_OUT_STRIDE={self.out_stride}")
             if self.kind == "pow":
                 out.append(f"-DUN_POW={POW_EXPONENTS[self.exponent][1]}")
             return out + [x.format("UN") for x in f32]
@@ -149,6 +155,7 @@ class UnaryUnit:
         eb = self.element_bytes
         rows, cols = (self.rows, self.cols) if self.form else (1, self.count)
         stride = 8 if self.column else cols * eb
+        out_stride = self.out_stride if self.column else stride
         full = View(Ref("a"), rows, cols, stride, self.dtype)
         ins = [full]
         if self.column:
@@ -170,7 +177,7 @@ class UnaryUnit:
             attrs = (("approximate", "tanh"),)
         if self.kind == "pow":
             attrs = (("exponent", POW_EXPONENTS[self.exponent][0]),)
-        return MapCall(0, kind, View(Ref("o"), rows, cols, stride, self.dtype),
+        return MapCall(0, kind, View(Ref("o"), rows, cols, out_stride, self.dtype),
                        tuple(ins), attrs)  # fmt: skip
 
     def reference(self, args: list[np.ndarray]) -> np.ndarray:
@@ -210,7 +217,8 @@ def parse_unary(name: str) -> UnaryUnit | None:
         if (kind == "pow") != bool(m["ce"]) or (m["cform"] == "colscalar" and not binary):
             raise GraphError(f"unit {name}: pow takes an exponent, colscalar a binary kind")
         unit = UnaryUnit(name, kind, m["cp"], int(m["cr"]), exponent=m["ce"] or "",
-                         rows=int(m["cr"]), form=m["cform"])  # fmt: skip
+                         rows=int(m["cr"]), form=m["cform"],
+                         out_stride=4 if m["o4"] else 8)  # fmt: skip
         if not 1 <= unit.rows <= MAX_ITEMS:
             raise GraphError(f"unit {name}: rows 1..{MAX_ITEMS}")
         return unit
@@ -295,16 +303,19 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
 
     args = _operands(unit, rng)
     placer = _Placer()
-    nbytes = unit.rows * 8 if unit.column else unit.count * unit.element_bytes
+    nbytes = unit.rows * unit.out_stride if unit.column else unit.count * unit.element_bytes
     tile = Tile(program)
     modelled = costs.map_call_cycles(unit.call())
     tile.max_cycles = 200_000 + 40 * modelled
-    # the output between two 64-byte guards; guards above the stack top (the caller's frame)
+    # the output between two 64-byte guards (60 below an _o4 output); guards above the stack
+    # top (the caller's frame)
     guarded = placer.take("standard", nbytes + 2 * GUARD, packed=True)
     out_at = guarded + GUARD
+    if unit.out_stride == 4:  # _o4 needs word alignment only: hold it to 4 mod 8
+        out_at -= 4
     tile.mem.write(guarded, rng.integers(0, 256, nbytes + 2 * GUARD, dtype=np.uint8), 8)
     tile.mem.write(STACK_TOP, rng.integers(0, 256, GUARD, dtype=np.uint8), 8)
-    untouched = [(guarded, GUARD), (out_at + nbytes, GUARD), (STACK_TOP, GUARD)]
+    untouched = [(guarded, out_at - guarded), (out_at + nbytes, GUARD), (STACK_TOP, GUARD)]
     regs = {2: out_at, 11: STACK_TOP}
     for i, a in enumerate(args):
         raw = a.view(np.uint8)
@@ -324,8 +335,8 @@ def run_unit(program: Any, unit: UnaryUnit, rng: np.random.Generator) -> dict[st
     result = tile.call(unit.entry, regs)
     clobbered = [f"{at:#x}+{size}" for (at, size), old in zip(untouched, before, strict=True)
                  if not np.array_equal(tile.mem.read(at, size, 1), old)]  # fmt: skip
-    if unit.column:  # the pads must come out as zeros
-        raw = tile.mem.read(out_at, unit.rows * 8, 8).reshape(unit.rows, 8)
+    if unit.column:  # the pads (if the rows have any) must come out as zeros
+        raw = tile.mem.read(out_at, nbytes, 4).reshape(unit.rows, unit.out_stride)
         got = raw[:, : unit.element_bytes].copy().reshape(-1).view(args[0].dtype)
         report = check(unit, args, got)
         if raw[:, unit.element_bytes :].any():
@@ -454,9 +465,10 @@ def _broadcast_job(call: MapCall, address: Any, eb: int) -> tuple | None:
 
 def _one_column_job(call: MapCall, address: Any) -> tuple | None:
     """unary.S column form: [R, 1] operands staged one element per 8-byte row (b may be a
-    [1, 1] scalar; a scalar first operand of add/mul is swapped, of sub/div stays modelled)."""
+    [1, 1] scalar; a scalar first operand of add/mul is swapped, of sub/div stays modelled);
+    output rows 8 bytes apart, or 4 (``_o4``: a result written into its consumer's operand)."""
     out, ins = call.out, list(call.inputs)
-    if out.stride != 8 or any(v.cols != 1 or v.stride != 8 for v in ins):
+    if out.stride not in (4, 8) or any(v.cols != 1 or v.stride != 8 for v in ins):
         return None
     if len(ins) == 2 and ins[0].rows != out.rows and call.kind in ("add", "mul"):
         ins.reverse()
@@ -473,10 +485,11 @@ def _one_column_job(call: MapCall, address: Any) -> tuple | None:
         exponent = f"_e{tags[0]}"
     if (len(ins) == 2) != (call.kind in BINARY_KINDS):
         return None
-    unit = _parse_or_none(f"{call.kind}_{out.dtype}{exponent}_{form}_r{out.rows}")
+    o4 = "_o4" if out.stride == 4 else ""
+    unit = _parse_or_none(f"{call.kind}_{out.dtype}{exponent}_{form}_r{out.rows}{o4}")
     if unit is None:
         return None
-    regs = {2: address(out.ref, out.rows * 8, 8, f"{call.kind} output")}
+    regs = {2: address(out.ref, out.rows * out.stride, out.stride, f"{call.kind} output")}
     for i, v in enumerate(ins):
         regs[3 + i] = address(v.ref, v.rows * 8, 8, f"{call.kind} operand {i}")
     return unit.name, unit.source, tuple(unit.flags()), unit.entry, regs

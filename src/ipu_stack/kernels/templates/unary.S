@@ -18,8 +18,13 @@
 //              as the lowering stages it); the pad of each row is written as zeros. Names
 //              {kind}_{f16|f32}_col_r{R} (unary, and add/mul/sub/div of two columns) and
 //              {add|mul|sub|div}_{f16|f32}_colscalar_r{R} (b a [1, 1] scalar: UN_B_STEP 0)
+//   UN_OUT_STRIDE  column form: bytes between output rows, 8 (default) or 4. Rows 4 bytes apart
+//              are what low/in_place.py leaves when it writes an [R, 1] result straight into
+//              its consumer's operand (one F32 element per row, or F16 and a zero pad); each row
+//              is one 32-bit store, so the output needs only word alignment. Name suffix _o4
 // ABI (supervisor, like the map kernels): $m2 output, $m3 input (sub/div: $m3 a, $m4 b), all
-// 8-byte aligned; $m10 return address, $m11 stack. Worker w handles items w, w + 6, ...
+// 8-byte aligned (an _o4 output: 4); $m10 return address, $m11 stack. Worker w handles items
+// w, w + 6, ...
 #include "ipu21_tile.h"
 
 #ifndef UN_OP
@@ -36,6 +41,12 @@
 #endif
 #ifndef UN_B_STEP
 #define UN_B_STEP 1
+#endif
+#ifndef UN_OUT_STRIDE
+#define UN_OUT_STRIDE 8
+#endif
+#if UN_OUT_STRIDE != 8 && !(UN_OUT_STRIDE == 4 && UN_COL)
+#error "UN_OUT_STRIDE is 8, or 4 in the column form"
 #endif
 
  .set ITEMS, UN_ITEMS
@@ -210,6 +221,7 @@ UN_SYMBOL:
 #if UN_COL
  ld64 $a12:13, $mvertex_base, $mzero, FRAME_MASK
  mul $m7, $m0, 8 * UN_B_STEP   // b offset: its own walk (0 for a scalar b)
+ mul $m6, $m0, UN_OUT_STRIDE   // output offset: its own walk (rows 8 or 4 bytes apart)
  .p2align 3
  {
   rpt $m5, (.Lun_col_end - .Lun_col_start) / 8 - 1
@@ -218,7 +230,7 @@ UN_SYMBOL:
 .Lun_col_start:
 #if UN_F32
  {
-  ld64step $a0:1, $m1, $m4+=, 0
+  ld64step $a0:1, $m1, $m4+=, WORKER_CONTEXTS
   fnop
  }
 #if (UN_OP >= 7 && UN_OP <= 10) || UN_OP == 12 || UN_OP == 13
@@ -228,17 +240,24 @@ UN_SYMBOL:
  }
 #endif
  FUNCTION
+#if UN_OUT_STRIDE == 4
+ {
+  st32step $a4, $m3, $m6+=, WORKER_CONTEXTS   // lane 0 alone: the row has no pad
+  fnop
+ }
+#else
  {
   nop
   and64 $a4:5, $a4:5, $a12:13
  }
  {
-  st64step $a4:5, $m3, $m4+=, WORKER_CONTEXTS
+  st64step $a4:5, $m3, $m6+=, WORKER_CONTEXTS
   fnop
  }
+#endif
 #else
  {
-  ld64step $a6:7, $m1, $m4+=, 0
+  ld64step $a6:7, $m1, $m4+=, WORKER_CONTEXTS
   fnop
  }
 #if (UN_OP >= 7 && UN_OP <= 10) || UN_OP == 12 || UN_OP == 13
@@ -265,10 +284,17 @@ UN_SYMBOL:
   nop
   and64 $a6:7, $a6:7, $a12:13
  }
+#if UN_OUT_STRIDE == 4
  {
-  st64step $a6:7, $m3, $m4+=, WORKER_CONTEXTS
+  st32step $a6, $m3, $m6+=, WORKER_CONTEXTS   // the F16 element and its zero pad
   fnop
  }
+#else
+ {
+  st64step $a6:7, $m3, $m6+=, WORKER_CONTEXTS
+  fnop
+ }
+#endif
 #endif
 .Lun_col_end:
  exitz $mzero
