@@ -115,3 +115,14 @@ def test_tables_that_do_not_fit_go_above_the_interleaved_data(tmp_path):
     np.testing.assert_array_equal(
         _run(moved, params, x, tmp_path, "tables"), _run(built, params, x, tmp_path, "plain")
     )
+
+
+def test_the_largest_reservation_is_the_standard_data_region_in_whole_elements():
+    """Support may grow over every whole element between the runtime state and the end of
+    executable memory, never into the runtime state (facts §4.4)."""
+    from ipu_stack.target.ipu21 import ELEMENT_BYTES, EXECUTABLE_LIMIT, STANDARD_DATA_BASE
+
+    start = EXECUTABLE_LIMIT - build_module.MAX_SUPPORT_RESERVATION
+    assert start >= STANDARD_DATA_BASE
+    assert start - ELEMENT_BYTES < STANDARD_DATA_BASE
+    assert build_module.MAX_SUPPORT_RESERVATION % ELEMENT_BYTES == 0

@@ -32,10 +32,13 @@ def test_plans_cover_the_problem_and_fit(shape):
         assert p.interleaved_bytes <= INTERLEAVED_DATA_BYTES
 
 
-def test_large_gemm_needs_serial_k_steps_and_distributed_weights():
+def test_large_gemm_needs_serial_k_steps_and_an_exchanged_operand():
+    """4096^3 in F16: neither operand fits every tile whole, so K runs in serial steps and an
+    operand is split over the tiles that share it (the left one, among whole pairs, since
+    paired moves; the weights before)."""
     best = enumerate_plans(problem(4096, 4096, 4096), 1472)[0]
     assert best.k_steps > 1
-    assert best.right_mode == "distributed"
+    assert "distributed" in (best.left_mode, best.right_mode)
 
 
 def test_fewer_tiles_never_make_a_plan_cheaper():
