@@ -355,3 +355,22 @@ def test_gather_elements_of_differing_lines_is_refused():
               {"y": (F32, None)}, {"table": table})  # fmt: skip
     with pytest.raises(GraphError, match=r"differs between its lines along axis 1"):
         import_onnx(m)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("simulate", [False, True])
+def test_gather_elements_of_computed_data_at_constant_indices(axis, simulate):
+    """DeBERTa gathers its relative-position scores (computed) at constant positions; the
+    indices may be smaller than the data off the axis, and negative."""
+    ids = RNG.integers(-4, 4, (3, 4, 2)).astype(np.int64)
+    nodes = [n("Relu", ["x"], ["r"]), n("GatherElements", ["r", "ids"], ["y"], axis=axis)]
+    m = model(nodes, {"x": (F32, (4, 5, 4))}, {"y": (F32, None)}, {"ids": ids})
+    check(m, {"x": RNG.standard_normal((4, 5, 4)).astype(np.float32)}, simulate=simulate)
+
+
+def test_gather_elements_refuses_indices_outside_the_axis():
+    nodes = [n("Relu", ["x"], ["r"]), n("GatherElements", ["r", "ids"], ["y"], axis=1)]
+    ids = np.array([[0, 5], [1, 2]], np.int64)
+    m = model(nodes, {"x": (F32, (2, 5))}, {"y": (F32, None)}, {"ids": ids})
+    with pytest.raises(GraphError, match=r"index 5 at \(0, 1\) is outside axis 1 of length 5"):
+        import_onnx(m)

@@ -38,7 +38,7 @@ from onnx import NodeProto, TensorProto
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import Value
-from ipu_stack.graph.onnx_ops import Emitter, _int, _required_constant
+from ipu_stack.graph.onnx_ops import Emitter, _int, _required_constant, as_f32
 from ipu_stack.graph.onnx_ops_exported import EMITTERS as EXPORTED
 from ipu_stack.graph.onnx_ops_exported import take_indices
 from ipu_stack.graph.onnx_patterns import GemmFusion, OnnxIndex
@@ -224,7 +224,7 @@ def emit_gather_elements(imp: Importer, node: NodeProto, _: GemmFusion | None) -
     g, out = imp.graph, imp.label(node)
     data = imp.constant(node.input[0])
     if data is None:
-        raise GraphError("the data is computed at run time (only a constant table is supported)")
+        return _gather_computed_elements(imp, node)
     data = np.asarray(data)
     ids = imp.value(node.input[1])
     rank = data.ndim
@@ -245,6 +245,45 @@ def emit_gather_elements(imp: Importer, node: NodeProto, _: GemmFusion | None) -
     picked = g.gather(table, ids, name=imp.op_name(f"{out}/lookup"))
     y = g.view(picked, ids.shape, name=imp.op_name(f"{out}/shape"))
     return g.cast(y, "i32", name=imp.op_name(out)) if integer else y
+
+
+def _gather_computed_elements(imp: Importer, node: NodeProto) -> Value:
+    """``GatherElements`` of run-time data at constant indices (DeBERTa's relative-position
+    scores): each output element is one element of the data, so the data is viewed as a table
+    of one-element rows (F32: whole words; F16 data is gathered in F32 and cast back) and
+    looked up at the flat positions the indices name."""
+    g, out = imp.graph, imp.label(node)
+    found = imp.constant(node.input[1])
+    if found is None:
+        raise GraphError(
+            "both the data and the indices are computed at run time (one must be constant)"
+        )
+    idx = np.asarray(found).astype(np.int64)
+    x = imp.value(node.input[0])
+    rank = len(x.shape)
+    axis = _int(node, "axis", 0)
+    if idx.ndim != rank or not -rank <= axis < rank:
+        raise GraphError(f"axis {axis} of data {x.shape} with indices {idx.shape}")
+    axis %= rank
+    extent = x.shape[axis]
+    if any(t > d for a, (t, d) in enumerate(zip(idx.shape, x.shape, strict=True)) if a != axis):
+        raise GraphError(f"indices {idx.shape} are larger than the data {x.shape} off axis {axis}")
+    bad = (idx < -extent) | (idx >= extent)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise GraphError(
+            f"index {int(idx[first])} at {first} is outside axis {axis} of length {extent}"
+        )
+    grid = list(np.indices(idx.shape))
+    grid[axis] = np.where(idx < 0, idx + extent, idx)
+    flat = np.ravel_multi_index(tuple(grid), x.shape).reshape(-1)
+    size = int(np.prod(x.shape))
+    work = as_f32(imp, x, f"{out}/f32")
+    table = g.view(work, [size, 1], name=imp.op_name(f"{out}/elements"))
+    ids = _const_i32(imp, out, "positions", flat)
+    picked = g.gather(table, ids, name=imp.op_name(f"{out}/lookup"))
+    y = g.view(picked, list(idx.shape), name=imp.op_name(f"{out}/shape"))
+    return g.cast(y, "f16", name=imp.op_name(out)) if x.dtype == "f16" else y
 
 
 def emit_sub_i32(imp: Importer, node: NodeProto, gemm: GemmFusion | None) -> Value:
