@@ -182,18 +182,58 @@ def emit_identity(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value
 
 
 def emit_pad(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    """Pad whose pads fold to zeros (Swin pads its windows by ``(-size) % window``): the
-    input unchanged. Any other padding is refused."""
+    """Pad in ``constant`` mode with constant pads (and value, and axes from opset 18): along
+    each padded axis, blocks of the value joined before and after the input by a concat; a
+    negative pad crops. All-zero pads (Swin pads its windows by ``(-size) % window``) leave
+    the input unchanged. Other modes (reflect, edge, wrap) are refused."""
+    x = imp.value(node.input[0])
+    rank, out = len(x.shape), imp.label(node)
+    mode = attribute(node, "mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
     if len(node.input) > 1 and node.input[1]:
         pads = imp.constant(node.input[1])
         if pads is None:
-            raise GraphError("pads computed at run time are not supported (only all-zero pads)")
+            raise GraphError("pads computed at run time are not supported (constants only)")
         values = [int(v) for v in np.asarray(pads).ravel()]
     else:  # opset < 11: an attribute
         values = [int(v) for a in node.attribute if a.name == "pads" for v in a.ints]
-    if any(values):
-        raise GraphError(f"pads {values}: only all-zero pads (an identity) are supported")
-    return imp.value(node.input[0])
+    if not any(values):
+        return x
+    if mode != "constant":
+        raise GraphError(f"mode {mode!r} is not supported (only 'constant')")
+    fill = 0.0
+    if imp.opset < 11:
+        fill = float(attribute(node, "value", 0.0))  # type: ignore[arg-type]
+    elif _input(node, 2):
+        found = imp.constant(node.input[2])
+        if found is None:
+            raise GraphError("the constant value is computed at run time (constants only)")
+        fill = float(np.asarray(found).reshape(-1)[0]) if np.size(found) else 0.0
+    axes = _ints(_required_constant(imp, node, 3, "axes")) if _input(node, 3) else None
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    if len(values) != 2 * len(axes) or any(not 0 <= a < rank for a in axes):
+        raise GraphError(f"pads {values} do not match axes {axes} of shape {x.shape}")
+    from ipu_stack.graph.onnx_ops_exported import _concat_values
+
+    y = x
+    for i, axis in enumerate(axes):
+        before, after = values[i], values[i + len(axes)]
+        if before < 0 or after < 0:  # crop first
+            start, end = max(-before, 0), y.shape[axis] - max(-after, 0)
+            if end <= start:
+                raise GraphError(f"pads {values} crop axis {axis} of {x.shape} to nothing")
+            y = imp.graph.slice(y, [start], [end], [axis], name=imp.op_name(f"{out}/crop{axis}"))
+        parts = []
+        for side, count in (("before", before), ("after", after)):
+            if count > 0:
+                shape = [*y.shape[:axis], count, *y.shape[axis + 1 :]]
+                block = imp.derived(out, f"{side}{axis}", np.full(shape, fill), y)
+                parts.append((side, block))
+        if parts:
+            blocks = dict(parts)
+            joined = [v for v in (blocks.get("before"), y, blocks.get("after")) if v is not None]
+            y = _concat_values(imp, joined, axis, imp.op_name(f"{out}/axis{axis}"))
+    return imp.graph.view(y, list(y.shape), name=imp.op_name(out))
 
 
 def emit_cast(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -406,6 +446,10 @@ def _strided_slice(
 
     rank, out = len(x.shape), imp.label(node)
     axes = list(range(len(starts))) if axes is None else axes
+    # F16 columns taken one by one start inside 32-bit words: taken in F32 and cast back
+    columns = x.dtype == "f16" and any(a % rank == rank - 1 for a in axes if -rank <= a < rank)
+    if columns:
+        x = as_f32(imp, x, f"{out}/f32")
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise GraphError(
             f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length"
@@ -421,6 +465,8 @@ def _strided_slice(
         if keep.size == 0:
             raise GraphError(f"axis {axis} of {x.shape} sliced [{start}:{end}:{step}] is empty")
         y = take_indices(imp, y, keep, axis, imp.op_name(f"{out}/axis{axis}"))
+    if columns:
+        return imp.graph.cast(y, "f16", name=imp.op_name(out))
     return imp.graph.view(y, list(y.shape), name=imp.op_name(out))
 
 

@@ -104,14 +104,27 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
     normal = sorted({a % rank for a in axes if -rank <= a < rank})
     if len(normal) != len(axes):
         raise GraphError(f"axes {axes} out of range for shape {x.shape}")
-    first = normal[0]
-    if normal != list(range(first, rank)):
-        raise GraphError(
-            f"axes {axes} of shape {x.shape}: only trailing axes are supported "
-            f"(the last {rank - first} would be)"
-        )
     keep = _int(node, "keepdims", 1)
     out = imp.label(node)
+    first = normal[0]
+    if normal != list(range(first, rank)):
+        # other axes (a channels-first LayerNorm's mean over axis 1): moved last, reduced there,
+        # and the result viewed in the kept shape (the reduced axes are 1s or gone)
+        rest = [a for a in range(rank) if a not in normal]
+        moved = imp.graph.transpose(x, rest + normal, name=imp.op_name(f"{out}/last"))
+        count = len(normal)
+        rows = imp.graph.view(
+            moved,
+            [*moved.shape[: rank - count], int(np.prod(moved.shape[rank - count :]))],
+            name=imp.op_name(f"{out}/rows"),
+        )
+        kept = (
+            [1 if a in normal else d for a, d in enumerate(x.shape)]
+            if keep
+            else [x.shape[a] for a in rest]
+        )
+        mean = imp.graph.reduce_mean(rows, name=imp.op_name(f"{out}/mean"))
+        return imp.graph.view(mean, kept or [1], name=imp.op_name(out))
     kept_shape = [*x.shape[:first], *([1] * (rank - first) if keep else [])] or [1]
     if first < rank - 1:  # several trailing axes: one row each
         rows = imp.graph.view(
@@ -146,6 +159,37 @@ def _extreme(kind: str) -> Emitter:
         return y
 
     return emit
+
+
+def _hard_sigmoid(imp: Importer, x: Value, alpha: float, beta: float, out: str, last: str) -> Value:
+    """``max(0, min(1, alpha * x + beta))``: a multiply, an add, a max and a min."""
+    g = imp.graph
+    scaled = g.mul(
+        x, imp.derived(out, "alpha", np.array([alpha]), x), name=imp.op_name(f"{out}/scaled")
+    )
+    shifted = g.add(
+        scaled, imp.derived(out, "beta", np.array([beta]), x), name=imp.op_name(f"{out}/shifted")
+    )
+    floor = g.maximum(
+        shifted, imp.derived(out, "zero", np.array([0.0]), x), name=imp.op_name(f"{out}/floor")
+    )
+    return g.minimum(floor, imp.derived(out, "one", np.array([1.0]), x), name=imp.op_name(last))
+
+
+def emit_hard_sigmoid(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """HardSigmoid (``alpha`` 0.2, ``beta`` 0.5 unless given)."""
+    out = imp.label(node)
+    alpha = float(attribute(node, "alpha", 0.2))  # type: ignore[arg-type]
+    beta = float(attribute(node, "beta", 0.5))  # type: ignore[arg-type]
+    return _hard_sigmoid(imp, imp.value(node.input[0]), alpha, beta, out, out)
+
+
+def emit_hard_swish(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """HardSwish (MobileNetV3, LeViT): ``x * HardSigmoid(x)`` with alpha 1/6, beta 1/2."""
+    out = imp.label(node)
+    x = imp.value(node.input[0])
+    gate = _hard_sigmoid(imp, x, 1 / 6, 0.5, out, f"{out}/gate")
+    return imp.graph.mul(x, gate, name=imp.op_name(out))
 
 
 def emit_clip(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
@@ -523,6 +567,8 @@ EMITTERS: dict[str, Emitter] = {
     "InstanceNormalization": emit_instance_norm,
     "MaxPool": emit_max_pool,
     "Clip": emit_clip,
+    "HardSigmoid": emit_hard_sigmoid,
+    "HardSwish": emit_hard_swish,
     "Max": _extreme("max"),
     "Min": _extreme("min"),
     "RMSNormalization": emit_rms_norm,
