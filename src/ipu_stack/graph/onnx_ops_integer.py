@@ -274,7 +274,7 @@ def _gather_computed_elements(imp: Importer, node: NodeProto) -> Value:
         raise GraphError(
             f"index {int(idx[first])} at {first} is outside axis {axis} of length {extent}"
         )
-    grid = list(np.indices(idx.shape))
+    grid: list[np.ndarray] = [np.asarray(a) for a in np.indices(idx.shape)]
     grid[axis] = np.where(idx < 0, idx + extent, idx)
     flat = np.ravel_multi_index(tuple(grid), x.shape).reshape(-1)
     size = int(np.prod(x.shape))
