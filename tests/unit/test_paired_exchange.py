@@ -133,3 +133,25 @@ def test_the_mapping_screen_keeps_pairs_that_receive_together():
     choice = screen_mappings(program)
     assert not choice.mapped
     assert choice.baseline_cycles <= choice.candidate_cycles
+
+
+def test_a_phase_whose_widths_change_is_scheduled_again():
+    """A new placement that keeps every buffer in its element keeps the schedules, unless a
+    transfer's width changed (paired moves need 8-byte alignment)."""
+    from dataclasses import replace as replaced
+
+    from ipu_stack.exchange.scheduler import schedule_phase
+    from ipu_stack.package import build as build_module
+
+    built = build(_graph(), BuildConfig(tiles=8))
+    plain = {}
+    for index, (phase, _) in built.schedules.items():
+        word32 = replaced(
+            phase, transfers=tuple(replaced(t, width=WORD32) for t in phase.transfers)
+        )
+        plain[index] = (word32, schedule_phase(word32))
+    again = build_module._rescheduled(built.program, built.placement, built.placement, plain)
+    for index, (phase, schedule) in again.items():
+        paired = any(t.width == PAIRED64 for t in phase.transfers)
+        assert (schedule is not plain[index][1]) == paired
+        verify_schedule(phase, schedule)

@@ -437,11 +437,14 @@ def _rescheduled(
             if b is None or _element_span(a.address, a.size) != _element_span(b.address, b.size):
                 moved.add((tile, name))
     out = {}
-    for index, (_, schedule) in schedules.items():
+    for index, (old_phase, schedule) in schedules.items():
         step = program.steps[index]
         assert isinstance(step, ExchangeStep)
         fresh = physical_phase(step, placement)
-        if any(
+        # an address moved within its element can still change a transfer's width (paired
+        # moves need 8-byte alignment), and a schedule is made for its widths
+        widths = [t.width for t in fresh.transfers] != [t.width for t in old_phase.transfers]
+        if widths or any(
             (t.source_tile, t.source.buffer) in moved
             or any((tile, ref.buffer) in moved for tile, ref in t.destinations)
             for t in step.transfers
