@@ -119,6 +119,10 @@ REFUSALS = {
         lambda: _conv((1, 6, 5, 5), (5, 2, 3, 3), kernel_shape=[3, 3], group=3),
         r"\(Conv\): group=3 must divide the 6 input channels and the 5 outputs",
     ),
+    "weight_channels_not_a_group": (
+        lambda: _conv((1, 6, 5, 5), (6, 3, 3, 3), kernel_shape=[3, 3], group=3),
+        r"\(Conv\): group=3 of 6 channels is 2 channels a group, but the weight takes 3",
+    ),
     "window_holds_no_input": (
         lambda: _pool("AveragePool", (1, 1, 4, 4), kernel_shape=[2, 2], pads=[2, 2, 0, 0]),
         r"\(AveragePool\): pads \[2, 2, 0, 0\]: a window holds no input element",

@@ -73,11 +73,24 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
 
 
 def block_diagonal(weight: np.ndarray, group: int, channels: int) -> np.ndarray:
-    """The grouped Conv weight ``[O, C / group, kh, kw]`` as the dense ``[O, C, kh, kw]`` one
-    that is zero between each group's outputs and the other groups' input channels: the same
-    convolution exactly, as one GEMM of ``group`` times the multiply-adds (the zeros are
-    multiplied too), which for the few grouped layers of the exports seen costs less than
-    ``group`` windowings and GEMMs joined by a concat."""
+    """The grouped Conv weight as the dense one that is zero between each group's outputs and
+    the other groups' input channels: the same convolution exactly, one windowing and one GEMM
+    as for ``group == 1``, but ``group`` times the multiply-adds (the zeros are multiplied
+    too); per-group GEMMs joined by a concat would skip them at ``group`` times the graph
+    operations.
+
+    Args:
+        weight: ``[O, C / group, kh, kw]``.
+        group: the Conv's ``group``.
+        channels: the input's ``C``.
+
+    Returns:
+        ``[O, C, kh, kw]``, block-diagonal over the groups.
+
+    Raises:
+        GraphError: ``group`` does not divide ``C`` and ``O``, or the weight's channels are
+            not ``C / group``.
+    """
     o, per_group = weight.shape[:2]
     if group < 1 or channels % group or o % group:
         raise GraphError(
