@@ -1,13 +1,16 @@
 """ONNX ``Conv`` beyond patch embeddings (padding, strides other than the kernel, dilation,
-1-D convolutions, depthwise groups) and ``MaxPool``, built from slices, concats, one GEMM or
-elementwise products and maxima.
+1-D convolutions, grouped and depthwise convolutions), ``MaxPool`` and ``AveragePool``, built
+from slices, concats, one GEMM or elementwise products, sums and maxima.
 
 The padded input is cut into one window per kernel offset (a slice, strided by the step
-where the stride is not 1); with ``group == 1`` the windows are stacked along the channels
-and multiplied by the weights as one GEMM over each output pixel's ``kh * kw * C`` values
-(``im2col``); a depthwise convolution (``group == C``, one output per channel) is the sum of
-each window times its per-channel weight. Other groupings are refused. Each window is a
-graph operation, so this suits small images; the patch-embedding case (kernel == stride, no
+where the stride is not 1); the windows are stacked along the channels and multiplied by the
+weights as one GEMM over each output pixel's ``kh * kw * C`` values (``im2col``). A grouped
+convolution is that GEMM with a block-diagonal weight (zeros between a group's outputs and
+the other groups' channels); a depthwise convolution (``group == C``, one output per channel)
+is the sum of each window times its per-channel weight. Pooling takes the same windows (with
+``ceil_mode``, extra end padding for the last partial windows) and their maxima, or their sum
+times a constant per-position map of reciprocal window counts. Each window is a graph
+operation, so this suits small images; the patch-embedding case (kernel == stride, no
 padding) keeps its single view and GEMM (:func:`onnx_ops_exported.patch_embedding`).
 """
 
@@ -20,11 +23,12 @@ from onnx import NodeProto
 
 from ipu_stack.errors import GraphError
 from ipu_stack.graph.compute_graph import Value
-from ipu_stack.graph.onnx_ops import _int, _ints, as_f32
+from ipu_stack.graph.onnx_ops import Emitter, _int, _ints, as_f32
 from ipu_stack.graph.onnx_patterns import attribute
 
 if TYPE_CHECKING:
     from ipu_stack.graph.onnx_import import Importer
+    from ipu_stack.graph.onnx_patterns import GemmFusion
 
 #: the most kernel offsets (windows) a Conv is cut into: each is a graph operation
 MAX_WINDOWS = 64
@@ -45,11 +49,12 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
     group = _int(node, "group", 1)
     depthwise = group == c and per_group == 1 and o == c
     if group != 1 and not depthwise:
-        raise GraphError(f"group={group} with {o} outputs of {c} channels (only 1, or depthwise)")
-    if group == 1 and per_group != c:
+        weight = block_diagonal(weight, group, c)
+    elif group == 1 and per_group != c:
         raise GraphError(f"input channels {c} but the weight takes {per_group}")
     work = as_f32(imp, x, f"{out}/f32")  # windows at any column offset are whole words
-    windows, (oh, ow) = _windows(imp, node, one_d, work, (kh, kw), out)
+    geometry = _geometry(node, one_d, (kh, kw), work.shape[2:])
+    windows, (oh, ow) = _windows(imp, work, (kh, kw), geometry, out)
     if depthwise:
         y = _depthwise(imp, windows, weight, work, out)
     else:
@@ -67,21 +72,64 @@ def general_conv(imp: Importer, node: NodeProto, out: str, weight: np.ndarray) -
     return g.view(y, shape, name=imp.op_name(out))
 
 
+def block_diagonal(weight: np.ndarray, group: int, channels: int) -> np.ndarray:
+    """The grouped Conv weight as the dense one that is zero between each group's outputs and
+    the other groups' input channels: the same convolution exactly, one windowing and one GEMM
+    as for ``group == 1``, but ``group`` times the multiply-adds (the zeros are multiplied
+    too); per-group GEMMs joined by a concat would skip them at ``group`` times the graph
+    operations.
+
+    Args:
+        weight: ``[O, C / group, kh, kw]``.
+        group: the Conv's ``group``.
+        channels: the input's ``C``.
+
+    Returns:
+        ``[O, C, kh, kw]``, block-diagonal over the groups.
+
+    Raises:
+        GraphError: ``group`` does not divide ``C`` and ``O``, or the weight's channels are
+            not ``C / group``.
+    """
+    o, per_group = weight.shape[:2]
+    if group < 1 or channels % group or o % group:
+        raise GraphError(
+            f"group={group} must divide the {channels} input channels and the {o} outputs"
+        )
+    if per_group != channels // group:
+        raise GraphError(
+            f"group={group} of {channels} channels is {channels // group} channels a group, "
+            f"but the weight takes {per_group}"
+        )
+    dense = np.zeros((o, channels, *weight.shape[2:]), weight.dtype)
+    outputs = o // group
+    for k in range(group):
+        rows, columns = (
+            slice(k * outputs, (k + 1) * outputs),
+            slice(k * per_group, (k + 1) * per_group),
+        )
+        dense[rows, columns] = weight[rows]
+    return dense
+
+
+#: strides, pads ``[top, left, bottom, right]`` and dilations of a (2-D-viewed) window op
+Geometry = tuple[list[int], list[int], list[int]]
+
+
 def _windows(
     imp: Importer,
-    node: NodeProto,
-    one_d: bool,
     x: Value,
     kernel: tuple[int, int],
+    geometry: Geometry,
     out: str,
     fill: float = 0.0,
 ) -> tuple[list[Value], tuple[int, int]]:
-    """The node's windows of the NCHW ``x`` (padded with ``fill``), one per kernel offset in
-    row-major order, and the output's height and width."""
+    """The windows of the NCHW ``x`` (padded with ``fill`` as ``geometry`` says), one per
+    kernel offset in row-major order, and the output's height and width."""
     kh, kw = kernel
     if kh * kw > MAX_WINDOWS:
         raise GraphError(f"a {kh}x{kw} kernel is {kh * kw} windows; at most {MAX_WINDOWS}")
-    strides, pads, dilations = _geometry(node, one_d, kernel, x.shape[2:])
+    strides, pads, dilations = geometry
     padded = _padded(imp, x, pads, out, fill)
     hp, wp = padded.shape[2:]
     size = (
@@ -103,9 +151,14 @@ def _windows(
 
 
 def _geometry(
-    node: NodeProto, one_d: bool, kernel: tuple[int, ...], spatial: tuple[int, ...]
-) -> tuple[list[int], list[int], list[int]]:
-    """Strides, pads ``[top, left, bottom, right]`` and dilations of a (2-D-viewed) Conv."""
+    node: NodeProto,
+    one_d: bool,
+    kernel: tuple[int, ...],
+    spatial: tuple[int, ...],
+    ceil_mode: bool = False,
+) -> Geometry:
+    """Strides, pads ``[top, left, bottom, right]`` and dilations of a (2-D-viewed) Conv or
+    pooling; with ``ceil_mode`` the end pads grow to hold the last, partial windows."""
     rank = 1 if one_d else 2
     strides = _ints(attribute(node, "strides", [1] * rank))  # type: ignore[arg-type]
     dilations = _ints(attribute(node, "dilations", [1] * rank))  # type: ignore[arg-type]
@@ -125,6 +178,16 @@ def _geometry(
         raise GraphError(f"auto_pad={auto_pad!r} is not supported")
     if min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
         raise GraphError(f"strides {strides}, dilations {dilations}, pads {pads}: invalid")
+    if ceil_mode:
+        pads = list(pads)
+        for axis in range(2):
+            padded = spatial[axis] + pads[axis] + pads[axis + 2]
+            reach = dilations[axis] * (kernel[axis] - 1) + 1
+            size = -(-(padded - reach) // strides[axis]) + 1  # ceil
+            # ONNX (and onnxruntime, PyTorch): a window may not start in the end padding
+            if (size - 1) * strides[axis] >= spatial[axis] + pads[axis]:
+                size -= 1
+            pads[axis + 2] += max((size - 1) * strides[axis] + reach - padded, 0)
     return strides, pads, dilations
 
 
@@ -226,24 +289,18 @@ def _depthwise(
 
 
 def max_pool(imp: Importer, node: NodeProto, out: str) -> Value:
-    """MaxPool (2-D, or 1-D on NCL): the larger of the windows, offset by offset; padding is
-    the precision's lowest finite value, which no window of real values loses to."""
+    """MaxPool (2-D, or 1-D on NCL): the larger of the windows, offset by offset; padding
+    (explicit, or ``ceil_mode``'s past the end) is the precision's lowest finite value, which
+    no window of real values loses to."""
     g = imp.graph
     x = imp.value(node.input[0])
     if any(node.output[1:]):
         raise GraphError("the Indices output is not supported")
-    if _int(node, "ceil_mode", 0):
-        raise GraphError("ceil_mode=1 is not supported")
-    kernel = _ints(attribute(node, "kernel_shape", []))  # type: ignore[arg-type]
-    one_d = len(x.shape) == 3 and len(kernel) == 1
-    if one_d:
-        x = g.view(x, (*x.shape[:2], 1, x.shape[2]), name=imp.op_name(f"{out}/as_2d"))
-        kernel = [1, *kernel]
-    if len(x.shape) != 4 or len(kernel) != 2:
-        raise GraphError(f"input {x.shape}, kernel {kernel}: only 1-D and 2-D MaxPool")
+    x, one_d, kernel = _pooled_input(imp, node, x, out)
     lowest = float(np.finfo(np.float16 if x.dtype == "f16" else np.float32).min)
     wide = as_f32(imp, x, f"{out}/f32")
-    windows, (oh, ow) = _windows(imp, node, one_d, wide, (kernel[0], kernel[1]), out, lowest)
+    geometry = _geometry(node, one_d, kernel, x.shape[2:], bool(_int(node, "ceil_mode", 0)))
+    windows, (oh, ow) = _windows(imp, wide, kernel, geometry, out, lowest)
     y = windows[0]
     for k, window in enumerate(windows[1:], 1):
         y = g.maximum(y, window, name=imp.op_name(f"{out}/max{k}"))
@@ -251,3 +308,82 @@ def max_pool(imp: Importer, node: NodeProto, out: str) -> Value:
         y = g.cast(y, x.dtype, name=imp.op_name(f"{out}/{x.dtype}"))
     n, c = x.shape[:2]
     return g.view(y, (n, c, ow) if one_d else (n, c, oh, ow), name=imp.op_name(out))
+
+
+def _pooled_input(
+    imp: Importer, node: NodeProto, x: Value, out: str
+) -> tuple[Value, bool, tuple[int, int]]:
+    """The pooling's NCHW input (an NCL one viewed over a height of 1), whether it was 1-D,
+    and the 2-D kernel."""
+    kernel = _ints(attribute(node, "kernel_shape", []))  # type: ignore[arg-type]
+    one_d = len(x.shape) == 3 and len(kernel) == 1
+    if one_d:
+        x = imp.graph.view(x, (*x.shape[:2], 1, x.shape[2]), name=imp.op_name(f"{out}/as_2d"))
+        kernel = [1, *kernel]
+    if len(x.shape) != 4 or len(kernel) != 2:
+        raise GraphError(f"input {x.shape}, kernel {kernel}: only 1-D and 2-D {node.op_type}")
+    return x, one_d, (kernel[0], kernel[1])
+
+
+def window_counts(
+    spatial: tuple[int, int],
+    kernel: tuple[int, int],
+    geometry: Geometry,
+    counted_pads: list[int],
+) -> np.ndarray:
+    """How many elements each output position's window averages ``[OH, OW]``: those of the
+    input and of ``counted_pads`` (the explicit pads with ``count_include_pad=1``, else none);
+    never the end padding ``ceil_mode`` adds, as onnxruntime and PyTorch divide."""
+    strides, pads, dilations = geometry
+    h, w = spatial
+    counted = np.ones(
+        (h + counted_pads[0] + counted_pads[2], w + counted_pads[1] + counted_pads[3])
+    )
+    mask = np.zeros((h + pads[0] + pads[2], w + pads[1] + pads[3]))
+    top, left = pads[0] - counted_pads[0], pads[1] - counted_pads[1]
+    mask[top : top + counted.shape[0], left : left + counted.shape[1]] = counted
+    size = [(mask.shape[a] - dilations[a] * (kernel[a] - 1) - 1) // strides[a] + 1 for a in (0, 1)]
+    counts = np.zeros(size)
+    for ky in range(kernel[0]):
+        for kx in range(kernel[1]):
+            y0, x0 = ky * dilations[0], kx * dilations[1]
+            counts += mask[
+                y0 : y0 + strides[0] * (size[0] - 1) + 1 : strides[0],
+                x0 : x0 + strides[1] * (size[1] - 1) + 1 : strides[1],
+            ]
+    return counts
+
+
+def average_pool(imp: Importer, node: NodeProto, out: str) -> Value:
+    """AveragePool (2-D, or 1-D on NCL): the sum of the zero-padded windows times a constant
+    map of each position's reciprocal window count (:func:`window_counts`), in F32 for F16
+    inputs."""
+    g = imp.graph
+    x = imp.value(node.input[0])
+    x, one_d, kernel = _pooled_input(imp, node, x, out)
+    spatial = (x.shape[2], x.shape[3])
+    geometry = _geometry(node, one_d, kernel, spatial, bool(_int(node, "ceil_mode", 0)))
+    explicit = _geometry(node, one_d, kernel, spatial)[1]
+    counted = explicit if _int(node, "count_include_pad", 0) else [0, 0, 0, 0]
+    counts = window_counts(spatial, kernel, geometry, counted)
+    if counts.min() < 1:
+        raise GraphError(f"pads {explicit}: a window holds no input element")
+    wide = as_f32(imp, x, f"{out}/f32")
+    windows, (oh, ow) = _windows(imp, wide, kernel, geometry, out)
+    total = windows[0]
+    for k, window in enumerate(windows[1:], 1):
+        total = g.add(total, window, name=imp.op_name(f"{out}/sum{k}"))
+    scale = imp.derived(out, "reciprocal_counts", 1.0 / counts, total)
+    y = g.mul(total, scale, name=imp.op_name(f"{out}/mean"))
+    if y.dtype != x.dtype:
+        y = g.cast(y, x.dtype, name=imp.op_name(f"{out}/{x.dtype}"))
+    n, c = x.shape[:2]
+    return g.view(y, (n, c, ow) if one_d else (n, c, oh, ow), name=imp.op_name(out))
+
+
+def emit_average_pool(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
+    """AveragePool: see :func:`average_pool`."""
+    return average_pool(imp, node, imp.label(node))
+
+
+EMITTERS: dict[str, Emitter] = {"AveragePool": emit_average_pool}

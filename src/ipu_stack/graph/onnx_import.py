@@ -30,6 +30,7 @@ from ipu_stack.errors import GraphError
 from ipu_stack.graph import (
     attention_biases,
     layer_rolling,
+    onnx_conv,
     onnx_external,
     onnx_ops,
     onnx_ops_exported,
@@ -56,7 +57,12 @@ from ipu_stack.target.ipu21 import PRECISIONS
 
 NUMPY_OF = {"f32": np.float32, "f16": np.float16}
 #: Op types the importer emits (others only fold to constants or sit inside a pattern).
-EMITTERS = {**onnx_ops.EMITTERS, **onnx_ops_exported.EMITTERS, **onnx_ops_integer.EMITTERS}
+EMITTERS = {
+    **onnx_ops.EMITTERS,
+    **onnx_ops_exported.EMITTERS,
+    **onnx_ops_integer.EMITTERS,
+    **onnx_conv.EMITTERS,
+}
 SUPPORTED_OPS = tuple(sorted(EMITTERS))
 #: nodes named in full by the error when several cannot be imported (the rest are counted)
 MAX_FAILURES_NAMED = 4
