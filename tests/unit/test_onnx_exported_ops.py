@@ -353,10 +353,6 @@ REFUSALS = {
         ),
         r"\(Conv\): a 9x9 kernel is 81 windows; at most 64",
     ),
-    "reduce_mean_axis0": (
-        lambda: make_model([node("ReduceMean", ["x"], ["y"], axes=[0])], {"x": X}, ["y"], opset=17),
-        r"\(ReduceMean\): axes \[0\] of shape \(3, 5, 7\): only trailing axes",
-    ),
     "pow_tensor_exponent": (
         lambda: make_model([node("Pow", ["x", "e"], ["y"])], {"x": X, "e": (7,)}, ["y"]),
         r"\(Pow\): the exponent input 'e' is computed at run time",
