@@ -87,6 +87,7 @@ def buffer_lifetimes(
     first: dict[tuple[int, str], int] = {}
     last: dict[tuple[int, str], int] = {}
     written_first: set[tuple[int, str]] = set()  # first step only writes it (no read)
+    sizes: dict[tuple[int, str], int] | None = None
     for i, step in enumerate(program.steps):
         # Steps come in order: a buffer's first step is the first seen, its last the latest.
         if isinstance(step, ComputeStep):
@@ -99,9 +100,26 @@ def buffer_lifetimes(
         last.update(dict.fromkeys(touched, i))
         fresh = [key for key in touched if key not in first]
         first.update(dict.fromkeys(fresh, i))
-        written_first.update([key for key in fresh if not touched[key]])
+        written = [key for key in fresh if not touched[key]]
+        if written and isinstance(step, ExchangeStep):
+            # received in part (a row's other words come later, or are padding read as is):
+            # its other bytes are not rewritten here, so it does not count as rewritten
+            if sizes is None:
+                sizes = {(b.tile, b.name): b.size for b in program.buffers}
+            whole = _received_bytes(step)
+            written = [key for key in written if whole.get(key, 0) >= sizes.get(key, 0)]
+        written_first.update(written)
     keys = list(first)
     return dict(zip(keys, _repeat_spans(program, keys, first, last, written_first), strict=True))
+
+
+def _received_bytes(step: ExchangeStep) -> dict[tuple[int, str], int]:
+    """Bytes each ``(tile, buffer)`` receives in an exchange step (overlaps counted twice)."""
+    out: dict[tuple[int, str], int] = defaultdict(int)
+    for t in step.transfers:
+        for tile, ref in t.destinations:
+            out[(tile, ref[0])] += 4 * t.words
+    return out
 
 
 #: ``(tile, buffer)`` keys in first-seen order (a dict used as an ordered set).
