@@ -62,6 +62,14 @@ def _conv(b=2, c=3, h=12, w=8, o=5, k=4, bias=True):
     return make_model([conv], {"x": (b, c, h, w)}, ["y"], consts, opset=17)
 
 
+def _conv_case(x: tuple[int, ...], wt: tuple[int, ...], bias: bool = False, **attrs):
+    """One Conv of ``x`` by a constant weight of shape ``wt`` (and a bias ``b``), ``attrs``
+    as given."""
+    consts = {"wt": f32(wt), **({"b": f32((wt[0],))} if bias else {})}
+    conv = node("Conv", ["x", *consts], ["y"], **attrs)
+    return make_model([conv], {"x": x}, ["y"], consts)
+
+
 def _gelu_tanh_legacy(order: int):
     """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x))) as the legacy exporter."""
     c = {
@@ -176,88 +184,41 @@ CASES = {
         "layer_norm",
     ),
     "conv_padded_patches": (
-        lambda: make_model(
-            [
-                node(
-                    "Conv",
-                    ["x", "wt"],
-                    ["y"],
-                    kernel_shape=[2, 2],
-                    strides=[2, 2],
-                    pads=[1, 1, 1, 1],
-                )
-            ],
-            {"x": (1, 3, 8, 8)},
-            ["y"],
-            {"wt": f32((4, 3, 2, 2))},
+        lambda: _conv_case(
+            (1, 3, 8, 8), (4, 3, 2, 2), kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1]
         ),
         "gemm",
     ),
     "conv_3x3_same": (
-        lambda: make_model(
-            [node("Conv", ["x", "wt", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
-            {"x": (2, 3, 6, 5)},
-            ["y"],
-            {"wt": f32((4, 3, 3, 3)), "b": f32((4,))},
+        lambda: _conv_case(
+            (2, 3, 6, 5), (4, 3, 3, 3), True, kernel_shape=[3, 3], pads=[1, 1, 1, 1]
         ),
         "gemm",
     ),
     "conv_strided_dilated": (
-        lambda: make_model(
-            [
-                node(
-                    "Conv",
-                    ["x", "wt"],
-                    ["y"],
-                    kernel_shape=[3, 2],
-                    strides=[2, 3],
-                    dilations=[2, 1],
-                    pads=[2, 0, 1, 1],
-                )
-            ],
-            {"x": (1, 2, 9, 10)},
-            ["y"],
-            {"wt": f32((3, 2, 3, 2))},
+        lambda: _conv_case(
+            (1, 2, 9, 10),
+            (3, 2, 3, 2),
+            kernel_shape=[3, 2],
+            strides=[2, 3],
+            dilations=[2, 1],
+            pads=[2, 0, 1, 1],
         ),
         "gemm",
     ),
     "conv_depthwise": (
-        lambda: make_model(
-            [
-                node(
-                    "Conv", ["x", "wt", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3
-                )
-            ],
-            {"x": (1, 3, 7, 6)},
-            ["y"],
-            {"wt": f32((3, 1, 3, 3)), "b": f32((3,))},
+        lambda: _conv_case(
+            (1, 3, 7, 6), (3, 1, 3, 3), True, kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3
         ),
         "mul",
     ),
     "conv_1d_whisper": (
-        lambda: make_model(
-            [node("Conv", ["x", "wt", "b"], ["y"], kernel_shape=[3], strides=[2], pads=[1, 1])],
-            {"x": (1, 4, 11)},
-            ["y"],
-            {"wt": f32((5, 4, 3)), "b": f32((5,))},
-        ),
+        lambda: _conv_case((1, 4, 11), (5, 4, 3), True, kernel_shape=[3], strides=[2], pads=[1, 1]),
         "gemm",
     ),
     "conv_same_upper": (
-        lambda: make_model(
-            [
-                node(
-                    "Conv",
-                    ["x", "wt"],
-                    ["y"],
-                    kernel_shape=[3, 3],
-                    strides=[2, 2],
-                    auto_pad="SAME_UPPER",
-                )
-            ],
-            {"x": (1, 2, 7, 8)},
-            ["y"],
-            {"wt": f32((3, 2, 3, 3))},
+        lambda: _conv_case(
+            (1, 2, 7, 8), (3, 2, 3, 3), kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"
         ),
         "gemm",
     ),
@@ -345,12 +306,7 @@ def test_a_mutated_gelu_constant_is_not_fused():
 
 REFUSALS = {
     "conv_kernel_too_large": (
-        lambda: make_model(
-            [node("Conv", ["x", "wt"], ["y"], kernel_shape=[9, 9])],
-            {"x": (1, 2, 12, 12)},
-            ["y"],
-            {"wt": f32((2, 2, 9, 9))},
-        ),
+        lambda: _conv_case((1, 2, 12, 12), (2, 2, 9, 9), kernel_shape=[9, 9]),
         r"\(Conv\): a 9x9 kernel is 81 windows; at most 64",
     ),
     "pow_tensor_exponent": (

@@ -223,16 +223,14 @@ def emit_pad(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
             if end <= start:
                 raise GraphError(f"pads {values} crop axis {axis} of {x.shape} to nothing")
             y = imp.graph.slice(y, [start], [end], [axis], name=imp.op_name(f"{out}/crop{axis}"))
-        parts = []
+        joined = []
         for side, count in (("before", before), ("after", after)):
+            if side == "after":
+                joined.append(y)
             if count > 0:
                 shape = [*y.shape[:axis], count, *y.shape[axis + 1 :]]
-                block = imp.derived(out, f"{side}{axis}", np.full(shape, fill), y)
-                parts.append((side, block))
-        if parts:
-            blocks = dict(parts)
-            joined = [v for v in (blocks.get("before"), y, blocks.get("after")) if v is not None]
-            y = _concat_values(imp, joined, axis, imp.op_name(f"{out}/axis{axis}"))
+                joined.append(imp.derived(out, f"{side}{axis}", np.full(shape, fill), y))
+        y = _concat_values(imp, joined, axis, imp.op_name(f"{out}/axis{axis}"))
     return imp.graph.view(y, list(y.shape), name=imp.op_name(out))
 
 

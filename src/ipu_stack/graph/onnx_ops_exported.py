@@ -88,8 +88,9 @@ def emit_gelu_any(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value
 
 
 def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Value:
-    """ReduceMean over trailing axes (axes an attribute before opset 18, an input after);
-    several are merged into one row by a view (a global average pool over H and W)."""
+    """ReduceMean (axes an attribute before opset 18, an input after): trailing axes are
+    merged into one row by a view (a global average pool over H and W), others are moved
+    last by a transpose first."""
     x = imp.value(node.input[0])
     rank = len(x.shape)
     if imp.opset >= 18:
@@ -106,27 +107,17 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
         raise GraphError(f"axes {axes} out of range for shape {x.shape}")
     keep = _int(node, "keepdims", 1)
     out = imp.label(node)
-    first = normal[0]
-    if normal != list(range(first, rank)):
-        # other axes (a channels-first LayerNorm's mean over axis 1): moved last, reduced there,
-        # and the result viewed in the kept shape (the reduced axes are 1s or gone)
+    kept_shape = (
+        [1 if a in normal else d for a, d in enumerate(x.shape)]
+        if keep
+        else [d for a, d in enumerate(x.shape) if a not in normal]
+    )
+    first = rank - len(normal)
+    moved = normal != list(range(first, rank))
+    if moved:  # other axes (a channels-first LayerNorm's mean over axis 1): moved last first
         rest = [a for a in range(rank) if a not in normal]
-        moved = imp.graph.transpose(x, rest + normal, name=imp.op_name(f"{out}/last"))
-        count = len(normal)
-        rows = imp.graph.view(
-            moved,
-            [*moved.shape[: rank - count], int(np.prod(moved.shape[rank - count :]))],
-            name=imp.op_name(f"{out}/rows"),
-        )
-        kept = (
-            [1 if a in normal else d for a, d in enumerate(x.shape)]
-            if keep
-            else [x.shape[a] for a in rest]
-        )
-        mean = imp.graph.reduce_mean(rows, name=imp.op_name(f"{out}/mean"))
-        return imp.graph.view(mean, kept or [1], name=imp.op_name(out))
-    kept_shape = [*x.shape[:first], *([1] * (rank - first) if keep else [])] or [1]
-    if first < rank - 1:  # several trailing axes: one row each
+        x = imp.graph.transpose(x, rest + normal, name=imp.op_name(f"{out}/last"))
+    if first < rank - 1 or moved:  # one row per leading index
         rows = imp.graph.view(
             x,
             [*x.shape[:first], int(np.prod(x.shape[first:]))]
@@ -134,7 +125,7 @@ def emit_reduce_mean(imp: Importer, node: NodeProto, _: GemmFusion | None) -> Va
             else [1, int(np.prod(x.shape))],
             name=imp.op_name(f"{out}/rows"),
         )
-        return _row_means(imp, rows, kept_shape, out)
+        return _row_means(imp, rows, kept_shape or [1], out)
     y = imp.graph.reduce_mean(x, name=imp.op_name(out if keep else f"{out}/mean"))
     return y if keep else imp.graph.view(y, x.shape[:-1] or (1,), name=imp.op_name(out))
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from ipu_stack.low.program import ExchangeStep, LogicalTransfer, Step
 from ipu_stack.target.ipu21 import PAIRED_MIN_WORDS
-
-LOGICAL_PARTNER_BIT = 1  # facts §8.3: logical tiles 2p and 2p + 1 form one physical pair
+from ipu_stack.target.topology import LOGICAL_PAIR_BIT
 
 
 def split_for_pairs(steps: list[Step]) -> int:
@@ -37,11 +36,11 @@ def split_for_pairs(steps: list[Step]) -> int:
 def _split(t: LogicalTransfer) -> list[LogicalTransfer]:
     if t.words < PAIRED_MIN_WORDS or t.words % 2 or len(t.destinations) < 3:
         return [t]
-    partner = t.source_tile ^ LOGICAL_PARTNER_BIT
+    partner = t.source_tile ^ LOGICAL_PAIR_BIT
     tiles = {tile for tile, _ in t.destinations}
     if partner not in tiles:
         return [t]
-    if any(tile != partner and tile ^ LOGICAL_PARTNER_BIT not in tiles for tile in tiles):
+    if any(tile != partner and tile ^ LOGICAL_PAIR_BIT not in tiles for tile in tiles):
         return [t]
     rest = tuple(d for d in t.destinations if d[0] != partner)
     alone = tuple(d for d in t.destinations if d[0] == partner)

@@ -322,13 +322,13 @@ def _rank_plans(
 
     def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray, paired: np.ndarray):
         words = step_bytes // 4
-        moved = words  # pieces cut by the producer's layout: paired only in part
+        # a moved block arrives in pieces cut by its producer's layout (paired only in part):
+        # costed unpaired
+        distributed = _multicast_cycles(words, group, paired)
         exchange = np.where(
             mode == MODE_CODES["resident"],
             0,
-            np.where(
-                mode == MODE_CODES["distributed"], _multicast_cycles(words, group, paired), moved
-            ),
+            np.where(mode == MODE_CODES["distributed"], distributed, words),
         )
         resident = mode == MODE_CODES["resident"]
         split = (mode == MODE_CODES["distributed"]) & ((steps > 1) | p.in_loop)

@@ -28,6 +28,7 @@ PHYSICAL_ROWS = 23  # physical id = row * PHYSICAL_COLUMNS + column
 PHYSICAL_COLUMNS = 64
 PAIRS_PER_BLOCK = 23  # a block of pairs fills one column pair, top to bottom
 PAIR_PARTNER_BIT = 2  # the paired tile is phys ^ 2
+LOGICAL_PAIR_BIT = 1  # facts §8.3: logical tiles 2p and 2p + 1 sit on one physical pair
 REGION_BIT = 0x20  # tiles in the same "region" agree on this bit (facts §8.4)
 
 # --- time_to_mux constants (facts §8.4 [T]) ------------------------------------------------
