@@ -321,8 +321,9 @@ def _elementwise_model(unit: ElementwiseUnit) -> int:
     if unit.broadcast:
         row = View(Ref("b"), 1, unit.count, unit.nbytes // unit.rows, unit.dtype)
         return costs.map_call_cycles(MapCall(0, unit.kind[:3], view, (view, row)))
-    if unit.kind == "gelu_tanh":  # the model has one GeLU cost (the tanh form is not separate)
-        return costs.map_call_cycles(MapCall(0, "gelu", view, (view,)))
+    if unit.kind == "gelu_tanh":
+        tanh = (("approximate", "tanh"),)
+        return costs.map_call_cycles(MapCall(0, "gelu", view, (view,), tanh))
     if unit.kind == "cast":
         eb = 2 if unit.input_dtype == "f16" else 4
         src = View(Ref("i"), 1, unit.count, unit.count * eb, unit.input_dtype)

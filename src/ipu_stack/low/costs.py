@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-import numpy as np
-
 from ipu_stack.kernels.registry import gemm_kernel
 from ipu_stack.low.program import AddCall, CopyCall, FillCall, GemmCall, KernelCall, MapCall
 from ipu_stack.target import ipu21
@@ -16,6 +14,8 @@ from ipu_stack.target.op_cycles import (
     concat_cycles,
     elementwise_cycles,
     gather_rows_cycles,
+    gelu_cycles,
+    reduce_add_cycles,
     row_kernel_cycles,
     transpose_cycles,
 )
@@ -30,8 +30,10 @@ def copy_call_cycles(call: CopyCall | FillCall) -> int:
 
 
 def add_call_cycles(call: AddCall) -> int:
-    work = ipu21.ADD_CYCLES_PER_ELEMENT * len(call.inputs) * call.elements
-    return int(np.ceil(ipu21.ADD_FIXED_CYCLES + work)) + ipu21.KERNEL_LAUNCH_CYCLES
+    """``out += sum(inputs)``: a reduce-add of ``len(inputs) + 1`` partials, launch included."""
+    partials = len(call.inputs) + 1
+    cycles = reduce_add_cycles(partials, call.elements, call.precision.name)
+    return int(cycles) + ipu21.KERNEL_LAUNCH_CYCLES
 
 
 def map_call_cycles(call: MapCall) -> int:
@@ -46,6 +48,9 @@ def map_call_cycles(call: MapCall) -> int:
         precision = ipu21.precision(q.dtype)
         mask = elementwise_cycles("add", q.rows * k.rows) if len(call.inputs) == 4 else 0
         return attention_cycles(q.rows, k.rows, q.cols, v.cols, precision) + mask + launch
+    if call.kind == "gelu":
+        approximate = str(dict(call.attrs).get("approximate", "none"))
+        return gelu_cycles(elements, approximate, out.dtype) + launch
     if call.kind in ("gather_rows", "transpose", "concat", "argmax"):
         return indexing_call_cycles(call) + launch
     if call.kind == "cast":

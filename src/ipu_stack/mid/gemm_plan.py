@@ -30,6 +30,7 @@ from ipu_stack.errors import PlanError
 from ipu_stack.kernels.registry import gemm_cycles_array
 from ipu_stack.target import ipu21
 from ipu_stack.target.ipu21 import Precision
+from ipu_stack.target.op_cycles import reduce_add_cycles
 
 STANDARD_DATA_BYTES = (
     ipu21.INTERLEAVED_BASE - ipu21.STANDARD_DATA_BASE - ipu21.DEFAULT_SUPPORT_RESERVATION_BYTES
@@ -364,14 +365,8 @@ def _rank_plans(
     slice_elems = bb * slice_rows * cols
     reduce_words = np.where(pk > 1, (pk - 1) * _ceil_div(slice_elems * out_eb, 4), 0)
     reduce_bytes = np.where(pk > 1, (pk - 1) * _round_up(slice_elems * out_eb, ALIGN), 0)
-    reduce_kernel = np.where(
-        pk > 1,
-        np.ceil(
-            ipu21.ADD_FIXED_CYCLES + ipu21.ADD_CYCLES_PER_ELEMENT * (pk - 1) * slice_elems
-        ).astype(np.int64)
-        + launch,
-        0,
-    )
+    out_name = ipu21.GEMM_OUTPUT_PRECISION[p.precision.name]
+    reduce_kernel = np.where(pk > 1, reduce_add_cycles(pk, slice_elems, out_name) + launch, 0)
     phases = operand_phases + (pk > 1)
     copies = left_copy + right_copy
     total = (

@@ -11,7 +11,7 @@ from ipu_stack.low.lower_ops import flat_shape
 from ipu_stack.mid.candidates.base import Candidate, Footprint
 from ipu_stack.mid.formats import TensorFormat, row_layout_format
 from ipu_stack.target import ipu21
-from ipu_stack.target.op_cycles import elementwise_cycles, row_kernel_cycles
+from ipu_stack.target.op_cycles import elementwise_cycles, gelu_cycles, row_kernel_cycles
 
 ROW_WISE = ("layer_norm", "softmax", "reduce_mean")
 STAGE_ALIGN = 8  # staged rows start on 64-bit boundaries (low/lower_ops.py: ROW_ALIGN)
@@ -31,6 +31,10 @@ def kernel_cycles(
     if op.kind in ROW_WISE:
         return row_kernel_cycles(op.kind, rows, cols) + ipu21.KERNEL_LAUNCH_CYCLES
     n = rows * cols
+    if op.kind == "gelu":  # the output's precision: the measured F16 tanh form is cheaper
+        dtype = "f16" if out_eb == 2 else "f32"
+        approximate = str(op.attr("approximate", "none"))
+        return gelu_cycles(n, approximate, dtype) + ipu21.KERNEL_LAUNCH_CYCLES
     return elementwise_cycles(op.kind, n, n * in_eb, n * out_eb) + ipu21.KERNEL_LAUNCH_CYCLES
 
 
