@@ -85,7 +85,12 @@ DEFAULT_TIME_BUDGET = 1.5
 #: Share of the budget an optional constructive scheduler's estimated cost may take.
 OPTIONAL_SHARE = 0.4
 #: Measured costs per resource use on a 2-core machine, for budgeting (estimates, not limits).
-WAVES_SECONDS_PER_USE = 15e-6
+#: Matching waves plus their list schedule: 0.7-3.5 us per use without memory-order
+#: dependencies, 7.6-18.5 us with them (every unicast-heavy phase of benchmarks/exchange.py and
+#: of the SigLIP MLP's build, 2-core machine at load 3; the 15 us used before covered both and
+#: kept the waves from the MLP's 34,866-transfer reduce-scatter, 9,425 -> 8,454 cycles).
+WAVES_SECONDS_PER_USE = 4e-6
+WAVES_SECONDS_PER_USE_DEPENDENT = 20e-6
 #: The dense greedy's measured seconds per work unit (1.1-4.5 us on a 2-core machine) and
 #: the share of the budget it may plan for.
 DENSE_SECONDS_PER_WORK = 2.0e-6
@@ -269,7 +274,9 @@ def _optimize(
     if unicast_heavy:
         candidates.append((earliest_fit(problem, by_priority()), EARLIEST_FIT))
         # Sums of permutations and reduce-scatters: all unicasts in matching waves.
-        if worth(WAVES_SECONDS_PER_USE * uses):
+        dependent = problem.dependency_before.size > 0
+        per_use = WAVES_SECONDS_PER_USE_DEPENDENT if dependent else WAVES_SECONDS_PER_USE
+        if worth(per_use * uses):
             order = wave_order(problem)
             if order is not None:
                 candidates.append((earliest_fit(problem, order), WAVES))
