@@ -48,10 +48,11 @@ def _linear(g: ComputeGraph, x: Value, fan_in: int, fan_out: int, name: str) -> 
 
 
 def siglip_mlp(batch: int) -> ComputeGraph:
-    """fc1 (1152 -> 4304) + bias, exact GeLU, fc2 (4304 -> 1152) + bias."""
+    """fc1 (1152 -> 4304) + bias, tanh GeLU, fc2 (4304 -> 1152) + bias (SigLIP's
+    ``hidden_act`` is ``gelu_pytorch_tanh``, as in its exports)."""
     g = ComputeGraph()
     x = g.host_input("x", (batch, TOKENS, HIDDEN), "f16")
-    h = g.gelu(_linear(g, x, HIDDEN, INTERMEDIATE, "fc1"))
+    h = g.gelu(_linear(g, x, HIDDEN, INTERMEDIATE, "fc1"), approximate="tanh")
     g.set_outputs(_linear(g, h, INTERMEDIATE, HIDDEN, "fc2"))
     return g
 
@@ -80,7 +81,7 @@ def _layer_norm(g: ComputeGraph, x: Value, hidden: int, name: str) -> Value:
 def siglip_encoder(layers: int = 2, tokens: int = 196, hidden: int = 768, heads: int = 12,
                    intermediate: int = 3072) -> ComputeGraph:  # fmt: skip
     """SiglipVisionConfig defaults at 224 px: pre-norm layers of LN, QKV, attention, output
-    projection, residual, LN, GeLU MLP, residual."""
+    projection, residual, LN, tanh-GeLU MLP, residual."""
     g = ComputeGraph()
     x = g.host_input("x", (1, tokens, hidden), "f16")
     d = hidden // heads
@@ -93,7 +94,7 @@ def siglip_encoder(layers: int = 2, tokens: int = 196, hidden: int = 768, heads:
         ctx = g.view(g.transpose(ctx, (0, 2, 1, 3)), (1, tokens, hidden))
         x = g.add(x, _linear(g, ctx, hidden, hidden, f"{p}.o_proj"))
         ln2 = _layer_norm(g, x, hidden, f"{p}.ln2")
-        h = g.gelu(_linear(g, ln2, hidden, intermediate, f"{p}.fc1"))
+        h = g.gelu(_linear(g, ln2, hidden, intermediate, f"{p}.fc1"), approximate="tanh")
         x = g.add(x, _linear(g, h, intermediate, hidden, f"{p}.fc2"))
     g.set_outputs(x)
     return g
