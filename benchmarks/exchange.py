@@ -11,7 +11,8 @@ transfers, memory-order dependencies, SRAM-element hazards, full duplex):
 - generated phases (fixed seeds, `ipu_stack.exchange.patterns`): random unicast, skewed toward
   hot receivers, sums of permutations (equal chunks per permutation, or sized by receiver as a
   reduce-scatter), multicast with fan-out 2-16, GEMM-style multicast groups, paired-64
-  multicasts to complete physical pairs, and some of these again with forwarded data and buffer
+  multicasts to complete physical pairs, a paired moved GEMM operand whose senders are also
+  receivers, and some of these again with forwarded data and buffer
   reuse (memory-order dependencies), 1,000-12,000 transfers each;
 - every phase of the snapshots in `benchmarks/exchange_snapshots/`, exported from our own GEMM
   builds with ``ipu-stack gemm M K N --export-exchange-snapshot``.
@@ -72,6 +73,7 @@ GENERATED: dict[str, Callable[[], ExchangePhase]] = {
     "paired64-half-4000": lambda: patterns.paired_multicast_phase(
         _rng(11), 4000, pair_fanout=(1, 4), paired_share=0.5
     ),
+    "moved-operand-paired-81x18": lambda: patterns.moved_operand_phase(_rng(20), 81, 9, 9, 1080),
     "dependencies-random-unicast-5500": lambda: patterns.with_forwarding(
         _rng(12), patterns.random_unicast_phase(_rng(13), 5000)
     ),

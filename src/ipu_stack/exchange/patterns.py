@@ -359,6 +359,52 @@ def paired_multicast_phase(
     return ExchangePhase(tuple(transfers), tile_count)
 
 
+def moved_operand_phase(
+    rng: np.random.Generator,
+    groups: int,
+    group_pairs: int,
+    pieces: int,
+    words: int,
+    tile_count: int = TILES,
+) -> ExchangePhase:
+    """A GEMM's moved operand, paired: ``groups`` groups of ``group_pairs`` whole physical pairs
+    each receive ``pieces`` paired multicasts of ``words`` words, each sent by a tile of
+    another group (no tile sends twice). A paired send holds its source partner's receive
+    port, so a group whose member sends cannot receive meanwhile (the down projection of the
+    SigLIP MLP, where the up projection's output tiles are also the receivers).
+
+    Returns:
+        The phase.
+    """
+    pairs = np.flatnonzero((np.arange(tile_count) & PAIR_PARTNER_BIT) == 0)
+    pairs = pairs[(pairs ^ PAIR_PARTNER_BIT) < tile_count]
+    if groups * group_pairs > pairs.size or groups < 2:
+        raise ValueError(f"{groups} groups of {group_pairs} pairs do not fit {tile_count} tiles")
+    chosen = rng.permutation(pairs)[: groups * group_pairs].reshape(groups, group_pairs)
+    members = [[t for p in row.tolist() for t in (p, p ^ PAIR_PARTNER_BIT)] for row in chosen]
+    idle = [list(rng.permutation(m)) for m in members]
+    buffers = TileBuffers(tile_count)
+    transfers = []
+    size = words + words % 2
+    for target in range(groups):
+        for _ in range(pieces):
+            donors = [g for g in range(groups) if g != target and idle[g]]
+            if not donors:
+                raise ValueError(f"{groups} groups cannot send {pieces} pieces each")
+            source = int(idle[int(rng.choice(donors))].pop())
+            dests = members[target]
+            transfers.append(
+                Transfer(
+                    source,
+                    buffers.send_buffer(source, size),
+                    tuple((d, buffers.receive_buffer(d, size)) for d in dests),
+                    size,
+                    PAIRED64,
+                )
+            )
+    return ExchangePhase(tuple(transfers), tile_count)
+
+
 def with_forwarding(
     rng: np.random.Generator, phase: ExchangePhase, share: float = 0.1
 ) -> ExchangePhase:

@@ -63,6 +63,7 @@ from ipu_stack.exchange.model import (
     phase_arrays,
 )
 from ipu_stack.exchange.schedule_cliques import clique_order
+from ipu_stack.exchange.schedule_colours import group_colour_order
 from ipu_stack.exchange.schedule_greedy import (
     dense_greedy,
     earliest_fit,
@@ -114,6 +115,7 @@ WAVES = "matching-waves"
 CLIQUE_PATHS = "clique-paths"
 MULTICAST_FIRST = "multicast-first"
 PREEMPTIVE_FIT = "preemptive-fit"
+GROUP_COLOURS = "group-colours"
 
 
 @dataclass(slots=True)
@@ -315,17 +317,28 @@ def _optimize(
     good_enough = int(bound * (1.0 + target_gap))
     pieces = None
     pieces_end = 0
+    pieces_kind = PREEMPTIVE_FIT
     if preempt and initial > good_enough and budget > 0:
-        # Hardest-to-fit first, then the one-piece priority order, while the budget covers it.
+        # Hardest-to-fit first, then the sending groups' colours (multicast phases whose
+        # senders also receive; None elsewhere, at no charge), then the one-piece priority
+        # order, while the budget covers it.
         planned = 0.0
-        for make_order in (lambda: difficulty_order(problem), by_priority):
-            planned += PIECES_SECONDS_PER_USE * uses
-            if planned > PIECES_SHARE * budget:
+        orders = (
+            (lambda: difficulty_order(problem), PREEMPTIVE_FIT),
+            (lambda: group_colour_order(problem), GROUP_COLOURS),
+            (by_priority, PREEMPTIVE_FIT),
+        )
+        for make_order, name in orders:
+            if planned + PIECES_SECONDS_PER_USE * uses > PIECES_SHARE * budget:
                 break
-            trial = preemptive_fit(problem, make_order(), max_pieces=max_pieces)
+            order = make_order()
+            if order is None:
+                continue
+            planned += PIECES_SECONDS_PER_USE * uses
+            trial = preemptive_fit(problem, order, max_pieces=max_pieces)
             end = pieces_horizon(problem, trial)
             if end < min(initial, pieces_end or initial):
-                pieces, pieces_end = trial, end
+                pieces, pieces_end, pieces_kind = trial, end, name
             if pieces_end and pieces_end <= int(preemptive_bound * (1.0 + target_gap)):
                 break
     improvements = 0
@@ -344,8 +357,8 @@ def _optimize(
             bound, tight = result.proven_bound, COMPONENT_OPTIMUM
     horizon = horizon_of(problem, starts)
     if pieces is not None and pieces_end < horizon:
-        schedule = schedule_from_pieces(problem, pieces, PREEMPTIVE_FIT, model)
-        horizon, kind, improvements = pieces_end, PREEMPTIVE_FIT, 0
+        schedule = schedule_from_pieces(problem, pieces, pieces_kind, model)
+        horizon, kind, improvements = pieces_end, pieces_kind, 0
         bound, tight = preemptive_bound, preemptive_tight
     else:
         schedule = schedule_from_starts(problem, starts, kind, model)

@@ -323,13 +323,18 @@ def _rank_plans(
 
     def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray, paired: np.ndarray):
         words = step_bytes // 4
-        # a moved block arrives in pieces cut by its producer's layout (paired only in part):
-        # costed unpaired
+        # a moved block reaches the tiles that share it (lower_gemm puts them side by side
+        # in whole physical pairs when their count is even) as 64-bit paired items: half the
+        # words' cycles (the SigLIP MLP's down projection: its operand phases are paired64)
         distributed = _multicast_cycles(words, group, paired)
         exchange = np.where(
             mode == MODE_CODES["resident"],
             0,
-            np.where(mode == MODE_CODES["distributed"], distributed, words),
+            np.where(
+                mode == MODE_CODES["distributed"],
+                distributed,
+                np.where(paired & (group >= 2), _ceil_div(words, 2), words),
+            ),
         )
         resident = mode == MODE_CODES["resident"]
         split = (mode == MODE_CODES["distributed"]) & ((steps > 1) | p.in_loop)
