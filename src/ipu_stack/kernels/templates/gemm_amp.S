@@ -18,10 +18,16 @@
 //
 // ABI (supervisor): $m2 output, $m3 left, $m4 right (row-major [K, C], as the registry and
 // the lowering lay it out; LOAD_AMP_WEIGHTS feeds each K micro x C16 panel to the coefficient
-// store K row by K row), $m5 F8 scale exponent, $m10 return address, $m11 stack.
+// store K row by K row), $m5 F8 scale exponent, $m10 return address, $m11 stack (the call
+// uses FRAME_BYTES below it: the six workers' vertex states and three words of its own).
 //
-// Labels are unique per unit by construction: the dispatch loop and the two worker entries
-// are written once, outside any macro; GEMM_ENTRY defines only its own \name argument (a
+// Structure (after poplibs' AMP 1x1 kernel, facts §16.4): the row partition is fixed per
+// entry, so the supervisor writes it once per call into one vertex state per worker (runall
+// with a per-worker base), and per panel only the pointers that move; a worker loads its
+// state (5 issues) and runs the AMP pipeline over its rows.
+//
+// Labels are unique per unit by construction: the dispatch loop, the partition set-up of
+// each row count and the two worker entries are written once, outside any macro; GEMM_ENTRY defines only its own \name argument (a
 // distinct entry symbol per instantiation) and the worker body macro's labels carry \@.
 #include "ipu21_tile.h"
 
