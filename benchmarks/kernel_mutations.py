@@ -4,8 +4,9 @@
 Each mutant changes one thing in one template (a pointer increment, a stride, a loop count,
 a register number, a dropped sync, swapped operands, ...), is written to a temporary copy of
 the template directory, and is run with ``kernel-run``'s API on a unit large enough to reach
-the edited code (every worker has at least three rows, so the steady-state loop runs). A
-mutant is *caught* when kernel-run reports a mismatch or a fault (or preflight rejects it).
+the edited code (every worker has at least three rows, so the steady-state loop runs; the GEMM
+short-row paths use units of 5 and 11 rows). A mutant is *caught* when kernel-run reports a
+mismatch or a fault (or preflight rejects it).
 
     PYTHONPATH=src python3 benchmarks/kernel_mutations.py [--out benchmarks/results/kernel_mutations.json]
 """
@@ -259,17 +260,94 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         "ld32 $m2, $mvertex_base, $mzero, WF_LEFT",
         0,
     ),
-    (GEMM, G_IL, "worker 0's left pointer not advanced", "st32 $m4, $m11, $mzero, WF_LEFT", "st32 $m3, $m11, $mzero, WF_LEFT", 0),
-    (GEMM, G_IL, "worker left pointers ignore their offsets", "add $m8, $m8, $m4", "add $m8, $m4, 0", 0),
-    (GEMM, G_IL, "worker output pointers ignore their offsets", "add $m8, $m8, $m2", "add $m8, $m2, 0", 0),
-    (GEMM, G_IL, "output pointers all written to worker 0's state", "st32 $m8, $m11, $mzero, \\w * WORKER_FRAME_WORDS + WF_OUTPUT", "st32 $m8, $m11, $mzero, WF_OUTPUT", 0),
-    (GEMM, G_IL, "extra-row workers' rpt count one short", "add $m6, $m6, -2", "add $m6, $m6, -3", 0),
-    (GEMM, G_IL, "first worker of each column group not reloaded", "ld32 $m0, $m11, $mzero, FRAME_FIRST_WORKER", "setzi $m0, .Lgemm_worker_accumulate", 0),
-    (GEMM, G_SHORT, "no-row test inverted", "brnz $m5, .Lgemm_worker_exit_\\@", "brz $m5, .Lgemm_worker_exit_\\@", 0),
-    (GEMM, G_SHORT, "short-row test misses one row", "cmpslt $m3, $m5, 0", "cmpslt $m3, $m5, -1", 0),
-    (GEMM, G_SHORT, "one-row path skips the drain", "bri .Lgemm_worker_drain_\\@", "bri .Lgemm_worker_exit_\\@", 0),
-    (GEMM, G_SHORT, "one-row path drops phase P3", "  nop\n  GEMM_AMP $a6:7, $a0:1, \\partials, GEMM_AMP_P3", "  nop\n  fnop", 0),
-    (GEMM, G_SHORT_11, "short paths left out at 11 rows", ".set SHORT_WORKERS, GEMM_SMALL_ROWS < 2 * WORKER_CONTEXTS", ".set SHORT_WORKERS, GEMM_SMALL_ROWS < WORKER_CONTEXTS", 0),
+    (
+        GEMM,
+        G_IL,
+        "worker 0's left pointer not advanced",
+        "st32 $m4, $m11, $mzero, WF_LEFT",
+        "st32 $m3, $m11, $mzero, WF_LEFT",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "worker left pointers ignore their offsets",
+        "add $m8, $m8, $m4",
+        "add $m8, $m4, 0",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "worker output pointers ignore their offsets",
+        "add $m8, $m8, $m2",
+        "add $m8, $m2, 0",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "output pointers all written to worker 0's state",
+        "st32 $m8, $m11, $mzero, \\w * WORKER_FRAME_WORDS + WF_OUTPUT",
+        "st32 $m8, $m11, $mzero, WF_OUTPUT",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "extra-row workers' rpt count one short",
+        "add $m6, $m6, -2",
+        "add $m6, $m6, -3",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "first worker of each column group not reloaded",
+        "ld32 $m0, $m11, $mzero, FRAME_FIRST_WORKER",
+        "setzi $m0, .Lgemm_worker_accumulate",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "no-row test inverted",
+        "brnz $m5, .Lgemm_worker_exit_\\@",
+        "brz $m5, .Lgemm_worker_exit_\\@",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "short-row test misses one row",
+        "cmpslt $m3, $m5, 0",
+        "cmpslt $m3, $m5, -1",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "one-row path skips the drain",
+        "bri .Lgemm_worker_drain_\\@",
+        "bri .Lgemm_worker_exit_\\@",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "one-row path drops phase P3",
+        "  nop\n  GEMM_AMP $a6:7, $a0:1, \\partials, GEMM_AMP_P3",
+        "  nop\n  fnop",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT_11,
+        "short paths left out at 11 rows",
+        ".set SHORT_WORKERS, GEMM_SMALL_ROWS < 2 * WORKER_CONTEXTS",
+        ".set SHORT_WORKERS, GEMM_SMALL_ROWS < WORKER_CONTEXTS",
+        0,
+    ),
     (
         GEMM,
         G_STD,
