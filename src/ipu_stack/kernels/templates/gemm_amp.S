@@ -27,8 +27,9 @@
 // state (5 issues) and runs the AMP pipeline over its rows.
 //
 // Labels are unique per unit by construction: the dispatch loop, the partition set-up of
-// each row count and the two worker entries are written once, outside any macro; GEMM_ENTRY defines only its own \name argument (a
-// distinct entry symbol per instantiation) and the worker body macro's labels carry \@.
+// each row count and the two worker entries are written once, outside any macro; GEMM_ENTRY
+// defines only its own \name argument (a distinct entry symbol per instantiation) and the
+// worker body macro's labels carry \@.
 #include "ipu21_tile.h"
 
 #ifndef GEMM_INNER_BLOCK_DIMENSION
