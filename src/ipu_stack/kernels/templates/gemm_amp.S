@@ -24,7 +24,8 @@
 // Structure (after poplibs' AMP 1x1 kernel, facts §16.4): the row partition is fixed per
 // entry, so the supervisor writes it once per call into one vertex state per worker (runall
 // with a per-worker base), and per panel only the pointers that move; a worker loads its
-// state (5 issues) and runs the AMP pipeline over its rows.
+// state (5 issues, 7 when a worker may have fewer than two rows) and runs the AMP pipeline
+// over its rows.
 //
 // Labels are unique per unit by construction: the dispatch loop, the partition set-up of
 // each row count and the two worker entries are written once, outside any macro; GEMM_ENTRY
