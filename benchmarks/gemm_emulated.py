@@ -4,7 +4,9 @@ Each point runs the init entry of ``gemm_f16[_interleaved][_packed64]_kK_cC_rR_r
 the ISA emulator (:mod:`ipu_stack.isa`, whose constants are the assumptions table and were
 not fitted to these points) and is compared with the measurement and with the cost model's
 formula (target/, calibrated on the same points). The packed points' output group is not
-stated by the source; G = 64 (= C) is used.
+stated by the source; G = 64 (= C) is used. For them the record also holds our plain
+(unpacked) unit's emulated cycles at the same shape and the reference's formula for its
+interleaved, unpacked kernel (facts §13.2): the evidence for what the packed kernels differ in.
 
     PYTHONPATH=src python3 benchmarks/gemm_emulated.py [--out benchmarks/results/gemm_emulated.json]
 """
@@ -20,10 +22,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ipu_stack.isa import Tile, load_unit  # noqa: E402
+from ipu_stack.isa import CallResult, Tile, load_unit  # noqa: E402
 from ipu_stack.kernels.registry import parse_gemm_variant  # noqa: E402
 from ipu_stack.target import ipu21  # noqa: E402
-from ipu_stack.target.gemm_cycles import MEASURED_POINTS  # noqa: E402
+from ipu_stack.target.gemm_cycles import MEASURED_POINTS, gemm_kernel_cycles  # noqa: E402
+
+
+def _emulate(name: str, right: int) -> CallResult:
+    variant = parse_gemm_variant(name)
+    tile = Tile(load_unit(variant.source, variant.flags(), variant.name))
+    return tile.call(variant.entry_symbols["init_small"],
+                     {2: 0xC0000, 3: 0x4D000, 4: right, 11: 0x7F000})  # fmt: skip
 
 
 def run(out: Path | None) -> list[dict]:
@@ -33,12 +42,9 @@ def run(out: Path | None) -> list[dict]:
         il = "_interleaved" if weights == "interleaved" else ""
         pk = "_packed64" if kind == "packed" else ""
         variant = parse_gemm_variant(f"gemm_f16{il}{pk}_k{k}_c{c}_r{rows}_r{rows}")
-        program = load_unit(variant.source, variant.flags(), variant.name)
-        tile = Tile(program)
         right = 0x90000 if il else 0x60000
         start = time.perf_counter()
-        result = tile.call(variant.entry_symbols["init_small"],
-                           {2: 0xC0000, 3: 0x4D000, 4: right, 11: 0x7F000})  # fmt: skip
+        result = _emulate(variant.name, right)
         assert variant.spec.cycles is not None
         model = variant.spec.cycles(rows, k, c)
         rec = {
@@ -50,6 +56,11 @@ def run(out: Path | None) -> list[dict]:
             "worker_bundles": result.worker_bundles,
             "panels": (k // 16) * (c // 16), "seconds": round(time.perf_counter() - start, 2),
         }  # fmt: skip
+        if kind == "packed":
+            rec["plain_unit_emulated_cycles"] = _emulate(
+                f"gemm_f16{il}_k{k}_c{c}_r{rows}_r{rows}", right
+            ).cycles
+            rec["reference_interleaved_formula_cycles"] = gemm_kernel_cycles(rows, k, c)
         records.append(rec)
         print(f"{kind:11} {weights:11} rows={rows:3} K={k:3} C={c:3} measured={measured:6} "
               f"emulated={result.cycles:6} ({100 * rec['emulated_error']:+.1f}%) "

@@ -4,8 +4,9 @@
 Each mutant changes one thing in one template (a pointer increment, a stride, a loop count,
 a register number, a dropped sync, swapped operands, ...), is written to a temporary copy of
 the template directory, and is run with ``kernel-run``'s API on a unit large enough to reach
-the edited code (every worker has at least three rows, so the steady-state loop runs). A
-mutant is *caught* when kernel-run reports a mismatch or a fault (or preflight rejects it).
+the edited code (every worker has at least three rows, so the steady-state loop runs; the GEMM
+short-row paths use units of 5 and 11 rows). A mutant is *caught* when kernel-run reports a
+mismatch or a fault (or preflight rejects it).
 
     PYTHONPATH=src python3 benchmarks/kernel_mutations.py [--out benchmarks/results/kernel_mutations.json]
 """
@@ -38,6 +39,8 @@ G_IL = "gemm_f16_interleaved_k32_c48_r20_r25"  # two row counts, 2 K groups, 3 c
 G_STD = "gemm_f16_k32_c32_r19_r19"
 G_F8 = "gemm_f8_interleaved_k64_c32_r20_r20"
 G_PK = "gemm_f16_interleaved_packed16_k32_c48_r20_r20"
+G_SHORT = "gemm_f16_interleaved_k32_c48_r5_r11"  # workers with no row, one row and two rows
+G_SHORT_11 = "gemm_f16_interleaved_k32_c48_r11_r11"  # one worker with one row
 
 # (template, unit, what, old text, new text, occurrence (0-based) of old)
 MUTANTS: list[tuple[str, str, str, str, str, int]] = [
@@ -63,9 +66,9 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
     (
         GEMM,
         G_IL,
-        "dropped sync before weight load",
-        " sync SYNC_ZONE_LOCAL\n st32 $m2",
-        " st32 $m2",
+        "dropped sync after the workers' launch",
+        " sync SYNC_ZONE_LOCAL\n brnz $m7",
+        " brnz $m7",
         0,
     ),
     (
@@ -146,50 +149,50 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         GEMM,
         G_IL,
         "row partition: no remainder",
-        "add $m5, $m5, $m1\n min",
-        "add $m5, $m1, 0\n min",
+        "setzi $m6, PART_ROWS + 1",
+        "setzi $m6, PART_ROWS",
         0,
     ),
     (
         GEMM,
         G_IL,
         "row offset ignores remainder",
-        "add $m3, $m3, $m4\n brz",
-        "add $m3, $m3, 0\n brz",
+        ".set PART_START, \\w * PART_ROWS + PART_EXTRA",
+        ".set PART_START, \\w * PART_ROWS",
         0,
     ),
     (
         GEMM,
         G_IL,
         "left row bytes wrong",
-        "mul $m4, $m3, LEFT_ROW_BYTES",
-        "mul $m4, $m3, OUTPUT_ROW_BYTES + 8",
+        "setzi $m7, PART_START * LEFT_ROW_BYTES",
+        "setzi $m7, PART_START * (OUTPUT_ROW_BYTES + 8)",
         0,
     ),
     (
         GEMM,
         G_IL,
         "output row offset wrong",
-        "mul $m4, $m3, OUTPUT_ROW_BYTES",
-        "mul $m4, $m3, LEFT_ROW_BYTES - 8",
+        "setzi $m7, PART_START * OUTPUT_ROW_BYTES",
+        "setzi $m7, PART_START * (LEFT_ROW_BYTES - 8)",
         0,
     ),
-    (GEMM, G_IL, "no accumulator clear", " uput $FP_CLR, $a6\n", "", 0),
+    (GEMM, G_IL, "no accumulator clear", "uput $FP_CLR, $a6", "fnop", 0),
     (GEMM, G_IL, "rpt count register $m5 -> $m4", "rpt $m5, 3", "rpt $m4, 3", 0),
     (
         GEMM,
         G_IL,
         "one fewer steady-state row",
-        " add $m5, $m5, -1\n .p2align 3",
-        " add $m5, $m5, -2\n .p2align 3",
+        "add $m8, $m8, -2",
+        "add $m8, $m8, -3",
         0,
     ),
     (
         GEMM,
         G_IL,
         "drain store dropped",
-        " st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT\n.Lgemm_worker_idle",
-        " nop\n.Lgemm_worker_idle",
+        " st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT\n.Lgemm_worker_exit",
+        " nop\n.Lgemm_worker_exit",
         0,
     ),
     (
@@ -204,19 +207,19 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         GEMM,
         G_IL,
         "init flag inverted",
-        "GEMM_ENTRY GEMM_INIT_SMALL_SYMBOL, 1, GEMM_SMALL_ROWS",
-        "GEMM_ENTRY GEMM_INIT_SMALL_SYMBOL, 0, GEMM_SMALL_ROWS",
+        "GEMM_ENTRY GEMM_INIT_SMALL_SYMBOL, .Lgemm_worker_zero",
+        "GEMM_ENTRY GEMM_INIT_SMALL_SYMBOL, .Lgemm_worker_accumulate",
         0,
     ),
     (
         GEMM,
         G_IL,
         "large entry uses small rows",
-        "GEMM_ENTRY GEMM_INIT_LARGE_SYMBOL, 1, GEMM_LARGE_ROWS",
-        "GEMM_ENTRY GEMM_INIT_LARGE_SYMBOL, 1, GEMM_SMALL_ROWS",
+        "GEMM_ENTRY GEMM_INIT_LARGE_SYMBOL, .Lgemm_worker_zero, .Lgemm_partition_large",
+        "GEMM_ENTRY GEMM_INIT_LARGE_SYMBOL, .Lgemm_worker_zero, .Lgemm_partition_small",
         0,
     ),
-    (GEMM, G_IL, "zeroing kept after first group", " zero $m9\n", "", 0),
+    (GEMM, G_IL, "zeroing kept after first group", " setzi $m0, .Lgemm_worker_accumulate\n", "", 0),
     (
         GEMM,
         G_IL,
@@ -237,24 +240,112 @@ MUTANTS: list[tuple[str, str, str, str, str, int]] = [
         GEMM,
         G_IL,
         "right column group stride 0",
-        " add $m5, $m5, RIGHT_GROUP_BYTES",
-        " add $m5, $m5, 0",
+        " add $m9, $m9, RIGHT_GROUP_BYTES",
+        " add $m9, $m9, 0",
         0,
     ),
     (
         GEMM,
         G_IL,
-        "worker id mask dropped",
-        "and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK",
-        "and $m0, $m0, 0",
+        "every worker given worker 0's vertex state",
+        "runall $m0, $m11, WORKER_FRAME_WORDS",
+        "runall $m0, $m11, 0",
         0,
     ),
     (
         GEMM,
         G_IL,
-        "frame output reads left",
-        "ld32 $m2, $mvertex_base, $mzero, FRAME_OUTPUT",
-        "ld32 $m2, $mvertex_base, $mzero, FRAME_LEFT",
+        "worker output reads its left pointer",
+        "ld32 $m2, $mvertex_base, $mzero, WF_OUTPUT",
+        "ld32 $m2, $mvertex_base, $mzero, WF_LEFT",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "worker 0's left pointer not advanced",
+        "st32 $m4, $m11, $mzero, WF_LEFT",
+        "st32 $m3, $m11, $mzero, WF_LEFT",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "worker left pointers ignore their offsets",
+        "add $m8, $m8, $m4",
+        "add $m8, $m4, 0",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "worker output pointers ignore their offsets",
+        "add $m8, $m8, $m2",
+        "add $m8, $m2, 0",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "output pointers all written to worker 0's state",
+        "st32 $m8, $m11, $mzero, \\w * WORKER_FRAME_WORDS + WF_OUTPUT",
+        "st32 $m8, $m11, $mzero, WF_OUTPUT",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "extra-row workers' rpt count one short",
+        "add $m6, $m6, -2",
+        "add $m6, $m6, -3",
+        0,
+    ),
+    (
+        GEMM,
+        G_IL,
+        "first worker of each column group not reloaded",
+        "ld32 $m0, $m11, $mzero, FRAME_FIRST_WORKER",
+        "setzi $m0, .Lgemm_worker_accumulate",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "no-row test inverted",
+        "brnz $m5, .Lgemm_worker_exit_\\@",
+        "brz $m5, .Lgemm_worker_exit_\\@",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "short-row test misses one row",
+        "cmpslt $m3, $m5, 0",
+        "cmpslt $m3, $m5, -1",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "one-row path skips the drain",
+        "bri .Lgemm_worker_drain_\\@",
+        "bri .Lgemm_worker_exit_\\@",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT,
+        "one-row path drops phase P3",
+        "  nop\n  GEMM_AMP $a6:7, $a0:1, \\partials, GEMM_AMP_P3",
+        "  nop\n  fnop",
+        0,
+    ),
+    (
+        GEMM,
+        G_SHORT_11,
+        "short paths left out at 11 rows",
+        ".set SHORT_WORKERS, GEMM_SMALL_ROWS < 2 * WORKER_CONTEXTS",
+        ".set SHORT_WORKERS, GEMM_SMALL_ROWS < WORKER_CONTEXTS",
         0,
     ),
     (

@@ -63,7 +63,7 @@ def _mutant(tmp_path, old, new, template=GEMM):
         ("add $m7, $m7, -1", "add $m7, $m7, -2"),
         ("add $m2, $m2, COLUMN_GROUP_BYTES", "add $m2, $m2, 0"),
         ("rpt $m5, 3", "rpt $m5, 1"),
-        (" sync SYNC_ZONE_LOCAL\n st32 $m2", " st32 $m2"),
+        (" sync SYNC_ZONE_LOCAL\n brnz $m7", " brnz $m7"),
     ],
 )
 def test_planted_gemm_bugs_are_caught(tmp_path, old, new):
@@ -137,6 +137,21 @@ def test_emulator_does_not_import_the_cost_model():
         text = path.read_text()
         for banned in ("low.costs", "gemm_cycles", "ipu_stack.mid", "op_cycles", "runtime.sim"):
             assert banned not in text, (path.name, banned)
+
+
+def test_gemm_worker_fixed_cost_is_at_most_poplibs():
+    # rows 24 -> four rows per worker; K 32, C 32 -> four panels. The partition is written
+    # once per call, so each worker launch costs 4 bundles a row plus a fixed cost no larger
+    # than the poplibs AMP 1x1 worker's (26 + 4 (n - 3) bundles, facts §13.1).
+    from ipu_stack.isa import load_unit
+    from ipu_stack.kernels.registry import parse_gemm_variant
+
+    v = parse_gemm_variant("gemm_f16_interleaved_k32_c32_r24_r24")
+    tile = Tile(load_unit(v.source, v.flags(), v.name))
+    regs = {2: 0xC0000, 3: 0x4D000, 4: 0x90000, 11: 0x7F000}
+    result = tile.call(v.entry_symbols["init_small"], regs)
+    per_worker_launch = result.worker_bundles / (4 * 6)
+    assert 4 * 4 < per_worker_launch <= 26 + 4 * (4 - 3)
 
 
 def test_emulated_gemm_is_not_the_model():

@@ -18,11 +18,19 @@
 //
 // ABI (supervisor): $m2 output, $m3 left, $m4 right (row-major [K, C], as the registry and
 // the lowering lay it out; LOAD_AMP_WEIGHTS feeds each K micro x C16 panel to the coefficient
-// store K row by K row), $m5 F8 scale exponent, $m10 return address, $m11 stack.
+// store K row by K row), $m5 F8 scale exponent, $m10 return address, $m11 stack (the call
+// uses FRAME_BYTES below it: the six workers' vertex states and three words of its own).
 //
-// Labels are unique per unit by construction: the dispatch loop and the two worker entries
-// are written once, outside any macro; GEMM_ENTRY defines only its own \name argument (a
-// distinct entry symbol per instantiation) and the worker body macro's labels carry \@.
+// Structure (after poplibs' AMP 1x1 kernel, facts §16.4): the row partition is fixed per
+// entry, so the supervisor writes it once per call into one vertex state per worker (runall
+// with a per-worker base), and per panel only the pointers that move; a worker loads its
+// state (5 issues, 7 when a worker may have fewer than two rows) and runs the AMP pipeline
+// over its rows.
+//
+// Labels are unique per unit by construction: the dispatch loop, the partition set-up of
+// each row count and the two worker entries are written once, outside any macro; GEMM_ENTRY
+// defines only its own \name argument (a distinct entry symbol per instantiation) and the
+// worker body macro's labels carry \@.
 #include "ipu21_tile.h"
 
 #ifndef GEMM_INNER_BLOCK_DIMENSION
@@ -98,16 +106,24 @@
  .set PACE1_NEXT, 0b00
  .set PACE1_ROW, 0b10
 
- // Worker vertex state on the supervisor stack (32-bit word offsets; 8-byte multiple).
- .set FRAME_OUTPUT, 0          // output panel of the current column group
- .set FRAME_LEFT, 1            // left panel of the current inner group
- .set FRAME_ROWS_DIV, 2        // rows / 6
- .set FRAME_ROWS_MOD, 3        // rows % 6
- .set FRAME_INITIAL, 4         // 1: the first inner group starts from zero partials
- .set FRAME_GROUP_SKIP, 5      // packed output: bytes from one column group to the next
- .set FRAME_FP_ICTL, 6         // caller's $FP_ICTL
- .set FRAME_RIGHT, 7           // right operand at the current column group
- .set FRAME_BYTES, 32
+ // The call's stack frame, in 32-bit words from $m11 (8-byte multiple). Words 0..35 are the
+ // six workers' vertex states, WORKER_FRAME_WORDS apart (runall gives worker w the base
+ // $m11 + 4 * WORKER_FRAME_WORDS * w). The entry writes each worker's row count and row
+ // offsets once per call; the dispatch loop writes its row pointers when they change (left
+ // every inner group, output every column group), so a worker only loads them.
+ .set WORKER_FRAME_WORDS, 6
+ .set WF_LEFT, 0               // worker: its first left row in the current inner group
+ .set WF_OUTPUT, 1             // worker: its first output row in the current column group
+ .set WF_ROWS_LESS_2, 2        // worker: its row count - 2 (the steady-state rpt count)
+ .set WF_LEFT_OFFSET, 3        // supervisor: bytes from left to the worker's first row
+ .set WF_OUTPUT_OFFSET, 4      // supervisor: bytes from the output to its first row
+ .set FRAME_FIRST_WORKER, 6 * WORKER_FRAME_WORDS  // worker entry of an output's first group
+ .set FRAME_GROUP_SKIP, FRAME_FIRST_WORKER + 1    // packed output: from group to group
+ .set FRAME_FP_ICTL, FRAME_FIRST_WORKER + 2       // caller's $FP_ICTL
+ .set FRAME_BYTES, ((FRAME_FP_ICTL + 2) / 2) * 8
+ // Fewer than 12 rows leave some worker with fewer than two: the worker then needs the
+ // one-row and no-row paths (rows of the large entry are never fewer than the small's).
+ .set SHORT_WORKERS, GEMM_SMALL_ROWS < 2 * WORKER_CONTEXTS
 
 // Weight feed for one K micro x C16 panel of the row-major [K, C] right operand: 512 bytes
 // in Poplin's IPU21 1x1 slot order (facts §15.1): groups 0, 32, 8, 40, 16, 48, 24, 56, each
@@ -136,8 +152,9 @@
  .endr
  .endm
 
-// A supervisor entry: fills the frame for its row count and joins the shared dispatch loop.
- .macro GEMM_ENTRY name, initial, rows
+// A supervisor entry: allocates the frame, records which worker entry starts each output
+// (zeroing or accumulating partials) and joins the set-up of its row count.
+ .macro GEMM_ENTRY name, first_worker, partition
  .section .text.\name,"ax",@progbits
  .globl \name
  .type \name,@function
@@ -145,37 +162,65 @@
 \name:
  .supervisor
  add $m11, $m11, -FRAME_BYTES
- st32 $m2, $m11, $mzero, FRAME_OUTPUT
- st32 $m3, $m11, $mzero, FRAME_LEFT
- st32 $m4, $m11, $mzero, FRAME_RIGHT
- setzi $m6, (\rows) / WORKER_CONTEXTS
- st32 $m6, $m11, $mzero, FRAME_ROWS_DIV
- setzi $m6, (\rows) % WORKER_CONTEXTS
- st32 $m6, $m11, $mzero, FRAME_ROWS_MOD
- setzi $m6, \initial
- st32 $m6, $m11, $mzero, FRAME_INITIAL
+ setzi $m6, \first_worker
+ st32 $m6, $m11, $mzero, FRAME_FIRST_WORKER
+ bri \partition
+ .size \name, .-\name
+ .endm
+
+ GEMM_ENTRY GEMM_INIT_SMALL_SYMBOL, .Lgemm_worker_zero, .Lgemm_partition_small
+ GEMM_ENTRY GEMM_ACCUMULATE_SMALL_SYMBOL, .Lgemm_worker_accumulate, .Lgemm_partition_small
+#ifndef GEMM_SINGLE_ROWS
+ GEMM_ENTRY GEMM_INIT_LARGE_SYMBOL, .Lgemm_worker_zero, .Lgemm_partition_large
+ GEMM_ENTRY GEMM_ACCUMULATE_LARGE_SYMBOL, .Lgemm_worker_accumulate, .Lgemm_partition_large
+#endif
+
+// The row partition of one row count, once per call: worker w gets rows/6 rows, the first
+// rows%6 one more, starting at row w*(rows/6) + min(w, rows%6). Each worker's row count
+// less two and (from worker 1 on; worker 0 starts at row 0) its byte offsets into left and
+// output go into its vertex state. Uses $m6..$m8 only ($m2..$m5 hold the call's arguments).
+ .macro GEMM_PARTITION rows
+ .set PART_ROWS, (\rows) / WORKER_CONTEXTS
+ .set PART_EXTRA, (\rows) % WORKER_CONTEXTS
+ setzi $m6, PART_ROWS + 1
+ add $m6, $m6, -2
+ setzi $m8, PART_ROWS
+ add $m8, $m8, -2
+ .irp w, 0, 1, 2, 3, 4, 5
+ .if \w < PART_EXTRA
+ .set PART_START, \w * (PART_ROWS + 1)
+ st32 $m6, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_ROWS_LESS_2
+ .else
+ .set PART_START, \w * PART_ROWS + PART_EXTRA
+ st32 $m8, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_ROWS_LESS_2
+ .endif
+ .if \w
+ setzi $m7, PART_START * LEFT_ROW_BYTES
+ st32 $m7, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_LEFT_OFFSET
+ setzi $m7, PART_START * OUTPUT_ROW_BYTES
+ st32 $m7, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_OUTPUT_OFFSET
+ .endif
+ .endr
  .if OUTPUT_GROUP
  // from the last column group of one output group to the first of the next
  setzi $m6, ((((\rows) + 15) / 16) * 16 - 1) * OUTPUT_ROW_BYTES + COLUMN_GROUP_BYTES
  st32 $m6, $m11, $mzero, FRAME_GROUP_SKIP
  .endif
- bri .Lgemm_dispatch
- .size \name, .-\name
  .endm
 
- GEMM_ENTRY GEMM_INIT_SMALL_SYMBOL, 1, GEMM_SMALL_ROWS
- GEMM_ENTRY GEMM_ACCUMULATE_SMALL_SYMBOL, 0, GEMM_SMALL_ROWS
-#ifndef GEMM_SINGLE_ROWS
- GEMM_ENTRY GEMM_INIT_LARGE_SYMBOL, 1, GEMM_LARGE_ROWS
- GEMM_ENTRY GEMM_ACCUMULATE_LARGE_SYMBOL, 0, GEMM_LARGE_ROWS
-#endif
-
-// The dispatch loop, once per unit: column groups x inner groups; each iteration waits for
-// the workers (the coefficient store is shared, facts §15.2), loads one weight panel and
-// runs the six workers over the rows.
+// The dispatch loop, once per unit: column groups x inner groups. Each iteration writes the
+// workers' row pointers, loads one weight panel, runs the six workers over the rows and waits
+// for them (the coefficient store and the vertex states are shared, facts §15.2).
  .section .text.gemm_amp_dispatch,"ax",@progbits
  .p2align 3
  .supervisor
+.Lgemm_partition_small:
+ GEMM_PARTITION GEMM_SMALL_ROWS
+#ifndef GEMM_SINGLE_ROWS
+ bri .Lgemm_dispatch
+.Lgemm_partition_large:
+ GEMM_PARTITION GEMM_LARGE_ROWS
+#endif
 .Lgemm_dispatch:
  get $m8, $FP_ICTL
  st32 $m8, $m11, $mzero, FRAME_FP_ICTL
@@ -192,35 +237,43 @@
  setzi $m6, CR_ZCWEI
  put $CR, $m6
  put $CCCSLOAD, $m4
- ld32 $m2, $m11, $mzero, FRAME_OUTPUT
- ld32 $m3, $m11, $mzero, FRAME_LEFT
+ .if COLUMN_GROUPS > 1
+ add $m9, $m4, 0               // right operand at the current column group
+ .endif
  setzi $m6, COLUMN_GROUPS
  .if OUTPUT_GROUP
  setzi $m1, GROUP_COLUMN_GROUPS
  .endif
 .Lgemm_column_group:
- ld32 $m9, $m11, $mzero, FRAME_INITIAL
- ld32 $m5, $m11, $mzero, FRAME_RIGHT
- add $m4, $m3, 0
+ ld32 $m0, $m11, $mzero, FRAME_FIRST_WORKER
+ add $m4, $m3, 0               // left at the current inner group
  setzi $m7, INNER_GROUPS
+ .if COLUMN_GROUPS > 1
+ add $m5, $m9, 0
+ .endif
+ st32 $m2, $m11, $mzero, WF_OUTPUT
+ .irp w, 1, 2, 3, 4, 5
+ ld32 $m8, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_OUTPUT_OFFSET
+ add $m8, $m8, $m2
+ st32 $m8, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_OUTPUT
+ .endr
 .Lgemm_inner_group:
- setzi $m0, .Lgemm_worker_accumulate
- brz $m9, .Lgemm_launch
- setzi $m0, .Lgemm_worker_zero
-.Lgemm_launch:
- sync SYNC_ZONE_LOCAL
- st32 $m2, $m11, $mzero, FRAME_OUTPUT
- st32 $m4, $m11, $mzero, FRAME_LEFT
+ st32 $m4, $m11, $mzero, WF_LEFT
+ .irp w, 1, 2, 3, 4, 5
+ ld32 $m8, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_LEFT_OFFSET
+ add $m8, $m8, $m4
+ st32 $m8, $m11, $mzero, \w * WORKER_FRAME_WORDS + WF_LEFT
+ .endr
  LOAD_AMP_WEIGHTS
- runall $m0, $m11, 0
- zero $m9
+ runall $m0, $m11, WORKER_FRAME_WORDS
+ // these issue in the slots of workers that finish first
+ setzi $m0, .Lgemm_worker_accumulate
  add $m4, $m4, INNER_GROUP_BYTES
  add $m7, $m7, -1
+ sync SYNC_ZONE_LOCAL
  brnz $m7, .Lgemm_inner_group
  .if COLUMN_GROUPS > 1
- ld32 $m5, $m11, $mzero, FRAME_RIGHT
- add $m5, $m5, RIGHT_GROUP_BYTES
- st32 $m5, $m11, $mzero, FRAME_RIGHT
+ add $m9, $m9, RIGHT_GROUP_BYTES
  .endif
  .if OUTPUT_GROUP
  add $m1, $m1, -1
@@ -235,41 +288,36 @@
 .Lgemm_next_column_group:
  add $m6, $m6, -1
  brnz $m6, .Lgemm_column_group
- sync SYNC_ZONE_LOCAL
  ld32 $m8, $m11, $mzero, FRAME_FP_ICTL
  put $FP_ICTL, $m8
  add $m11, $m11, FRAME_BYTES
  br $m10
 
-// Worker: rows split over the six contexts (rows/6 each, the first rows%6 one more), then a
+// Worker: loads its row count and row pointers from its vertex state (setzi/uput of the
+// accumulator clear ride in the aux slots of the loads, as in poplibs' workers), then a
 // software pipeline over its n rows: four AMP instructions (phases P0..P3, 16 output columns)
 // per row. Bundle t loads input/partial quarter t, runs AMP instruction t-1 and stores the
 // result of instruction t-2: a load feeds the next bundle, and a row's results leave the AMP
 // one row (four instructions) after its inputs (isa/assumptions.py amp_pipeline_rows).
  .macro GEMM_WORKER_ROWS partials
- get $m0, $WSR
- and $m0, $m0, CSR_W_WSR__CTXTID_M1__MASK
- ld32 $m1, $mvertex_base, $mzero, FRAME_ROWS_DIV
- ld32 $m4, $mvertex_base, $mzero, FRAME_ROWS_MOD
- mul $m3, $m0, $m1
- cmpult $m5, $m0, $m4
- add $m5, $m5, $m1
- min $m4, $m0, $m4
- add $m3, $m3, $m4
- brz $m5, .Lgemm_worker_idle_\@
- ld32 $m1, $mvertex_base, $mzero, FRAME_LEFT
- mul $m4, $m3, LEFT_ROW_BYTES
- add $m1, $m1, $m4
- ld32 $m2, $mvertex_base, $mzero, FRAME_OUTPUT
- mul $m4, $m3, OUTPUT_ROW_BYTES
- add $m2, $m2, $m4
+ {
+  ld32 $m5, $mvertex_base, $mzero, WF_ROWS_LESS_2
+  setzi $a6, FP_CLR_ZAACC
+ }
+ {
+  ld32 $m1, $mvertex_base, $mzero, WF_LEFT
+  uput $FP_CLR, $a6
+ }
+ {
+  setzi $m7, PACE_STRIDES
+  fnop
+ }
+ ld32 $m2, $mvertex_base, $mzero, WF_OUTPUT
  tapack $m8:9, $m1, $m2, $m2
- setzi $m7, PACE_STRIDES
- setzi $a6, FP_CLR_ZAACC
- uput $FP_CLR, $a6
- add $m5, $m5, -1
- brz $m5, .Lgemm_worker_one_\@
- add $m5, $m5, -1
+ .if SHORT_WORKERS
+ cmpslt $m3, $m5, 0
+ brnz $m3, .Lgemm_worker_short_\@
+ .endif
  .p2align 3
  {
   ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
@@ -331,9 +379,28 @@
   st64pace $a6:7, $m8:9+=, $m7, PACE1_ROW
   GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P0
  }
- bri .Lgemm_worker_drain_\@
+.Lgemm_worker_drain_\@:
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P1
+ }
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P2
+ }
+ {
+  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P3
+ }
+ st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
+.Lgemm_worker_exit_\@:
+ exitz $mzero
+ .if SHORT_WORKERS
+ // one row (n - 2 = -1) or none (-2)
+.Lgemm_worker_short_\@:
+ add $m5, $m5, 1
+ brnz $m5, .Lgemm_worker_exit_\@
  .p2align 3
-.Lgemm_worker_one_\@:
  {
   ld2x64pace $a0:1, $a2:3, $m8:9+=, $m7, PACE2_NEXT
   fnop
@@ -355,25 +422,10 @@
   GEMM_AMP $a6:7, $a0:1, \partials, GEMM_AMP_P3
  }
  {
-  nop
+  bri .Lgemm_worker_drain_\@
   GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P0
  }
-.Lgemm_worker_drain_\@:
- {
-  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
-  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P1
- }
- {
-  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
-  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P2
- }
- {
-  st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
-  GEMM_AMP $a6:7, $azeros, $azeros, GEMM_AMP_P3
- }
- st64pace $a6:7, $m8:9+=, $m7, PACE1_NEXT
-.Lgemm_worker_idle_\@:
- exitz $mzero
+ .endif
  .endm
 
  .section .text.gemm_amp_worker,"ax",@progbits
