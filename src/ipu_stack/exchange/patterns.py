@@ -170,11 +170,19 @@ def _aligned_bytes(words: int) -> int:
 
 
 def _unicast(buffers: TileBuffers, source: int, dest: int, words: int) -> Transfer:
+    return _multicast(buffers, source, [dest], words)
+
+
+def _multicast(
+    buffers: TileBuffers, source: int, dests: list[int], words: int, width: str = WORD32
+) -> Transfer:
+    """``words`` from a new buffer on ``source`` to a new buffer on each of ``dests``."""
     return Transfer(
         source,
         buffers.send_buffer(source, words),
-        ((dest, buffers.receive_buffer(dest, words)),),
+        tuple((d, buffers.receive_buffer(d, words)) for d in dests),
         words,
+        width,
     )
 
 
@@ -276,14 +284,7 @@ def multicast_phase(
         picks = rng.choice(tile_count - 1, size=count, replace=False)
         size = int(rng.integers(words[0], words[1] + 1))
         dests = [int(t) + (t >= source) for t in picks.tolist()]
-        transfers.append(
-            Transfer(
-                source,
-                buffers.send_buffer(source, size),
-                tuple((d, buffers.receive_buffer(d, size)) for d in dests),
-                size,
-            )
-        )
+        transfers.append(_multicast(buffers, source, dests, size))
     return ExchangePhase(tuple(transfers), tile_count)
 
 
@@ -347,15 +348,7 @@ def paired_multicast_phase(
         size = int(rng.integers(words[0] // 2, words[1] // 2 + 1)) * 2
         paired = rng.random() < paired_share
         dests = [tile for p in pairs for tile in (p, p ^ PAIR_PARTNER_BIT)]
-        transfers.append(
-            Transfer(
-                source,
-                buffers.send_buffer(source, size),
-                tuple((d, buffers.receive_buffer(d, size)) for d in dests),
-                size,
-                PAIRED64 if paired else WORD32,
-            )
-        )
+        transfers.append(_multicast(buffers, source, dests, size, PAIRED64 if paired else WORD32))
     return ExchangePhase(tuple(transfers), tile_count)
 
 
@@ -392,16 +385,7 @@ def moved_operand_phase(
             if not donors:
                 raise ValueError(f"{groups} groups cannot send {pieces} pieces each")
             source = int(idle[int(rng.choice(donors))].pop())
-            dests = members[target]
-            transfers.append(
-                Transfer(
-                    source,
-                    buffers.send_buffer(source, size),
-                    tuple((d, buffers.receive_buffer(d, size)) for d in dests),
-                    size,
-                    PAIRED64,
-                )
-            )
+            transfers.append(_multicast(buffers, source, members[target], size, PAIRED64))
     return ExchangePhase(tuple(transfers), tile_count)
 
 
