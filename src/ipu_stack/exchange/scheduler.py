@@ -319,14 +319,14 @@ def _optimize(
     pieces_end = 0
     pieces_kind = PREEMPTIVE_FIT
     if preempt and initial > good_enough and budget > 0:
-        # Hardest-to-fit first, then the sending groups' colours (multicast phases whose
-        # senders also receive; None elsewhere, at no charge), then the one-piece priority
-        # order, while the budget covers it.
+        # Hardest-to-fit first, then the one-piece priority order, then the sending groups'
+        # colours (multicast phases whose senders also receive; None elsewhere, at no charge),
+        # while the budget covers it.
         planned = 0.0
         orders = (
             (lambda: difficulty_order(problem), PREEMPTIVE_FIT),
-            (lambda: group_colour_order(problem), GROUP_COLOURS),
             (by_priority, PREEMPTIVE_FIT),
+            (lambda: group_colour_order(problem), GROUP_COLOURS),
         )
         for make_order, name in orders:
             if planned + PIECES_SECONDS_PER_USE * uses > PIECES_SHARE * budget:

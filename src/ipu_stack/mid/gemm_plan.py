@@ -13,7 +13,7 @@ Cost model (all per busiest tile, in cycles):
                   across the tiles that share a block and multicast between them: a group of
                   g >= 3 tiles needs the whole block time, g == 2 half of it, g == 1 nothing;
                   a left block shared by whole physical pairs of tiles moves as 64-bit items:
-                  half the time moved, (g + 1) / 2g of it distributed)
+                  (g + 1) / 2g of it distributed; a moved block stays costed unpaired)
     reduction   = (pk - 1) x slice words + add kernel
     syncs       = 600 per exchange phase
 Parameters (weights) are stored in whatever layout the plan wants, replicated as needed; they
@@ -323,18 +323,16 @@ def _rank_plans(
 
     def operand(mode: np.ndarray, step_bytes: np.ndarray, group: np.ndarray, paired: np.ndarray):
         words = step_bytes // 4
-        # a moved block reaches the tiles that share it (lower_gemm puts them side by side
-        # in whole physical pairs when their count is even) as 64-bit paired items: half the
-        # words' cycles (the SigLIP MLP's down projection: its operand phases are paired64)
+        # a moved block arrives in pieces cut by its producer's layout, paired only where
+        # the pieces allow: costed unpaired (costing it paired when the tiles sharing it sit
+        # in whole pairs took the SigLIP MLP b1 export from 165,951 to 160,530 simulated
+        # cycles but the So400m tower from 9,006,388 to 9,174,128: plans chosen for paired
+        # moves whose pieces, or whose senders' partner ports, did not let them pair)
         distributed = _multicast_cycles(words, group, paired)
         exchange = np.where(
             mode == MODE_CODES["resident"],
             0,
-            np.where(
-                mode == MODE_CODES["distributed"],
-                distributed,
-                np.where(paired & (group >= 2), _ceil_div(words, 2), words),
-            ),
+            np.where(mode == MODE_CODES["distributed"], distributed, words),
         )
         resident = mode == MODE_CODES["resident"]
         split = (mode == MODE_CODES["distributed"]) & ((steps > 1) | p.in_loop)
