@@ -253,7 +253,7 @@ def _side_by_side(
     except PlanError as err:
         error = err
     # Each distinct problem is scheduled by the first placed finalist that has it.
-    first_keys = {i: phase_problem_key(p, budget) for i, p in phases.items()}
+    first_keys = {i: phase_problem_key(p, budget, memo) for i, p in phases.items()}
     owned = set(first_keys.values())
     reports = [_receive(c) for c in connections]
     for connection, report in zip(connections, reports, strict=True):
@@ -319,10 +319,11 @@ def _worker(
             connection.send(("failed", err, trace.events))
             return
         phases = program_phases(placed.program, placed.placement)
-        keys = {i: phase_problem_key(p, budget) for i, p in phases.items()}
+        memo = ScheduleMemo()
+        keys = {i: phase_problem_key(p, budget, memo) for i, p in phases.items()}
         connection.send(("placed", keys, placed.placement.mapped, trace.events))
         wanted: list[int] = connection.recv()
-        memo = ScheduleMemo()
+        memo.drop_problems_except(phases[i] for i in wanted)
         part = {i: phases[i] for i in wanted}
         schedules = schedule_program(
             placed.program, placed.placement, budget, None, False, memo, False, phases=part
