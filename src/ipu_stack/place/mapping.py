@@ -38,8 +38,12 @@ class _StepLoad:
     words: np.ndarray
     owners: np.ndarray  # per destination entry: its transfer
     destinations: np.ndarray
-    keys: np.ndarray  # sorted ``owner * n + destination``
     pairable: np.ndarray  # per transfer: a word count a paired move allows (facts §8.5)
+    #: the destination entries of pairable transfers: their transfer, their tile, and the
+    #: sorted ``owner * n + destination`` keys (only these can pair)
+    pair_owners: np.ndarray
+    pair_destinations: np.ndarray
+    keys: np.ndarray
 
 
 def _loads(program: LowProgram) -> list[_StepLoad]:
@@ -61,8 +65,11 @@ def _loads(program: LowProgram) -> list[_StepLoad]:
         )
         owners = np.repeat(np.arange(count, dtype=np.int64), fanouts)
         pairable = (words >= PAIRED_MIN_WORDS) & (words % 2 == 0) & (fanouts >= 2)
-        keys = np.sort(owners * n + destinations)
-        out.append(_StepLoad(sources, words, owners, destinations, keys, pairable))
+        candidates = pairable[owners]
+        pair_owners, pair_destinations = owners[candidates], destinations[candidates]
+        keys = np.sort(pair_owners * n + pair_destinations)
+        out.append(_StepLoad(sources, words, owners, destinations, pairable, pair_owners,
+                             pair_destinations, keys))  # fmt: skip
     return out
 
 
@@ -71,11 +78,11 @@ def _paired(load: _StepLoad, partner: np.ndarray, n: int) -> np.ndarray:
     mapping whose logical partner of each tile is ``partner`` (-1: none)."""
     if load.keys.size == 0:
         return load.pairable
-    mate = partner[load.destinations]
-    key = load.owners * n + mate
+    mate = partner[load.pair_destinations]
+    key = load.pair_owners * n + mate
     pos = np.minimum(np.searchsorted(load.keys, key), load.keys.size - 1)
     found = (mate >= 0) & (load.keys[pos] == key)
-    missing = np.bincount(load.owners[~found], minlength=load.words.size)
+    missing = np.bincount(load.pair_owners[~found], minlength=load.words.size)
     return load.pairable & (missing == 0)
 
 
