@@ -119,6 +119,19 @@ class ScheduleMemo:
         default_factory=dict
     )
 
+    #: phases :meth:`ExchangePhase.validate` accepted, by identity (immutable; kept alive)
+    valid: dict[int, ExchangePhase] = field(default_factory=dict)
+
+    def validate(self, phase: ExchangePhase) -> None:
+        """``phase.validate()``, once per phase object in this memo's life.
+
+        Raises:
+            ScheduleError: as :meth:`ExchangePhase.validate`.
+        """
+        if self.valid.get(id(phase)) is not phase:
+            phase.validate()
+            self.valid[id(phase)] = phase
+
     def key_of(self, phase: ExchangePhase, options: tuple[object, ...]) -> bytes | None:
         """The problem key of this phase object under ``options`` (model first), if its
         problem's digest is remembered."""

@@ -206,7 +206,10 @@ def optimize_phase(
     started = time.perf_counter()
     if max_pieces < 1:
         raise ScheduleError(f"max_pieces must be at least 1 piece per transfer, got {max_pieces}")
-    phase.validate()
+    if memo is not None:
+        memo.validate(phase)  # once per phase object while the memo lives
+    else:
+        phase.validate()
     options = (model, time_budget, target_gap, wall_clock_guards, max_pieces)
     seen: bytes | None = None
     if memo is not None:  # this phase object's report, without compiling it again

@@ -22,6 +22,7 @@ sharing one memo: the same numbers. A lone finalist's phases are scheduled by fo
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -261,19 +262,31 @@ def _side_by_side(
     # A worker's phase with the same content as one of finalist 0's (addresses included) is
     # the same problem: only its other phases are compiled for their keys.
     by_content = {phase_key(p, IPU21_MODEL): first_keys[i] for i, p in phases.items()}
-    reports = [list(_receive(c)) for c in connections]
-    for connection, report in zip(connections, reports, strict=True):
-        if report[0] == "placed":
-            contents: dict[int, bytes] = report[1]
-            connection.send(sorted(i for i, c in contents.items() if c not in by_content))
-    for connection, report in zip(connections, reports, strict=True):
-        if report[0] == "placed":
-            compiled: dict[int, bytes] = _receive(connection)[1]
-            keys = {i: compiled[i] if i in compiled else by_content[c]
-                    for i, c in report[1].items()}  # fmt: skip
-            report[1] = keys  # the worker's problem keys, for its refined cycles below
-            connection.send(sorted(i for i, k in keys.items() if k not in owned))
-            owned.update(keys.values())
+    # The workers' reports are taken (and answered) by a thread while this process schedules
+    # finalist 0's phases; the answers depend only on the reports, taken in finalist order.
+    reports: list[list[Any]] = []
+    failed: list[BaseException] = []
+
+    def assign() -> None:
+        try:
+            reports.extend(list(_receive(c)) for c in connections)
+            for connection, report in zip(connections, reports, strict=True):
+                if report[0] == "placed":
+                    contents: dict[int, bytes] = report[1]
+                    connection.send(sorted(i for i, c in contents.items() if c not in by_content))
+            for connection, report in zip(connections, reports, strict=True):
+                if report[0] == "placed":
+                    compiled: dict[int, bytes] = _receive(connection)[1]
+                    keys = {i: compiled[i] if i in compiled else by_content[c]
+                            for i, c in report[1].items()}  # fmt: skip
+                    report[1] = keys  # the worker's problem keys, for its refined cycles
+                    connection.send(sorted(i for i, k in keys.items() if k not in owned))
+                    owned.update(keys.values())
+        except BaseException as err:  # raised in the build process after the join
+            failed.append(err)
+
+    assigning = threading.Thread(target=assign, name="finalist-reports", daemon=True)
+    assigning.start()
     kept: Evaluated | None = None
     outcomes: list[Outcome] = []
     horizons: dict[bytes, int] = {}
@@ -292,6 +305,9 @@ def _side_by_side(
         outcomes.append((refined, trace.events, None))
     else:
         outcomes.append((None, trace.events, error))
+    assigning.join()
+    if failed:
+        raise failed[0]
     for connection, report in zip(connections, reports, strict=True):
         if report[0] == "placed":
             horizons.update(_receive(connection)[1])

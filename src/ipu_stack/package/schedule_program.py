@@ -109,6 +109,8 @@ def schedule_program(
     job = _Job(phases, time_budget, verify, trace is not None, refine, alike)
     results = _run(job, memo, groups, _processes(phases, len(groups)) if parallel else 0)
     memo.drop_problems_except()  # those kept for these phases were taken here or in workers
+    for phase in phases.values():  # validated here or in a worker (else it raised)
+        memo.valid[id(phase)] = phase
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
     if refine is not None and trace is not None:
         rescheduled = [i for i, r in results.items() if r[2]]
