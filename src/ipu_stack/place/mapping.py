@@ -11,6 +11,7 @@ receiver) plus the per-phase overhead; a candidate is accepted only if it lowers
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -55,14 +56,11 @@ def _loads(program: LowProgram) -> list[_StepLoad]:
             continue
         transfers = step.transfers
         count = len(transfers)
-        sources = np.fromiter((t.source_tile for t in transfers), dtype=np.int64, count=count)
-        words = np.fromiter((t.words for t in transfers), dtype=np.int64, count=count)
-        fanouts = np.fromiter((len(t.destinations) for t in transfers), np.int64, count=count)
-        destinations = np.fromiter(
-            (tile for t in transfers for tile, _ in t.destinations),
-            dtype=np.int64,
-            count=int(fanouts.sum()),
-        )
+        sources = np.fromiter(map(attrgetter("source_tile"), transfers), np.int64, count)
+        words = np.fromiter(map(attrgetter("words"), transfers), np.int64, count)
+        lists = list(map(attrgetter("destinations"), transfers))
+        fanouts = np.fromiter(map(len, lists), np.int64, count)
+        destinations = np.asarray([tile for d in lists for tile, _ in d], dtype=np.int64)
         owners = np.repeat(np.arange(count, dtype=np.int64), fanouts)
         pairable = (words >= PAIRED_MIN_WORDS) & (words % 2 == 0) & (fanouts >= 2)
         candidates = pairable[owners]
