@@ -110,9 +110,7 @@ class ScheduleMemo:
     #: (id of a phase, model) -> (the phase, its :func:`problem_digest`): a phase object seen
     #: before is not compiled again to find its report under any options (phases are
     #: immutable; each entry keeps its phase alive, so the id is not reused)
-    keys: dict[tuple[int, ExchangeModel], tuple[ExchangePhase, bytes]] = field(
-        default_factory=dict
-    )
+    keys: dict[tuple[int, ExchangeModel], tuple[ExchangePhase, bytes]] = field(default_factory=dict)
     #: (id of a phase, model) -> (the phase, its compiled problem), kept by
     #: :meth:`keep_problem` for the scheduler to take instead of compiling the phase again
     problems: dict[tuple[int, ExchangeModel], tuple[ExchangePhase, ResourceProblem]] = field(

@@ -154,7 +154,9 @@ def program_phases(program: LowProgram, placement: Placement) -> dict[int, Excha
     }
 
 
-def phase_problem_key(phase: ExchangePhase, budget: float, memo: ScheduleMemo | None = None) -> bytes:
+def phase_problem_key(
+    phase: ExchangePhase, budget: float, memo: ScheduleMemo | None = None
+) -> bytes:
     """The memo key :func:`schedule_program` files a phase's report under at ``budget``: equal
     keys, equal schedules (in any process). With ``memo``, the phase's problem digest is
     remembered and its compiled problem kept there, so scheduling it does not compile it

@@ -127,7 +127,7 @@ def _received_bytes(step: ExchangeStep) -> dict[tuple[int, str], int]:
     ids = np.fromiter(map(position.__getitem__, keys), np.int64, len(keys))
     # bincount sums in float64: exact far above any tile's bytes
     received = np.bincount(ids, np.repeat(4 * words, counts), len(position)).astype(np.int64)
-    return dict(zip(position, received.tolist()))
+    return dict(zip(position, received.tolist(), strict=True))
 
 
 #: ``(tile, buffer)`` keys in first-seen order (a dict used as an ordered set).
