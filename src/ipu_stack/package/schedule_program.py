@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ipu_stack.exchange.constraints import compile_phase
 from ipu_stack.exchange.memo import ScheduleMemo, options_key, phase_key, problem_digest
@@ -182,12 +183,17 @@ def _processes(phases: dict[int, ExchangePhase], groups: int) -> int:
 
 def _groups(phases: dict[int, ExchangePhase]) -> list[list[int]]:
     """Phase indices in groups of alike phases (same transfer and word counts), the heaviest
-    group (most transfers) first."""
+    group first: most resource uses (transfers plus destinations: a multicast's receivers
+    cost the schedulers as much as its send) in its first phase, then most transfers."""
     groups: dict[tuple[int, int], list[int]] = {}
+    uses: dict[tuple[int, int], int] = {}
     for index, phase in phases.items():
         words = sum(t.words for t in phase.transfers)
-        groups.setdefault((len(phase.transfers), words), []).append(index)
-    ordered = sorted(groups.items(), key=lambda g: (-g[0][0], g[0][1], g[1][0]))
+        key = (len(phase.transfers), words)
+        if key not in groups:
+            uses[key] = key[0] + sum(map(len, map(attrgetter("destinations"), phase.transfers)))
+        groups.setdefault(key, []).append(index)
+    ordered = sorted(groups.items(), key=lambda g: (-uses[g[0]], -g[0][0], g[0][1], g[1][0]))
     return [members for _, members in ordered]
 
 
