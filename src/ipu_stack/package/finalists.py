@@ -199,6 +199,7 @@ def evaluate_finalists(
     preload_solver()  # imported once, before forking
     context = mp.get_context("fork")
     workers: list[tuple[Any, Connection]] = []
+    reported = False
     try:
         for finalist in finalists[1:]:
             mine, theirs = context.Pipe()
@@ -208,10 +209,14 @@ def evaluate_finalists(
             process.start()
             theirs.close()
             workers.append((process, mine))
-        return _side_by_side(graph, finalists, tiles, budget, memo, [c for _, c in workers])
+        outcome = _side_by_side(graph, finalists, tiles, budget, memo, [c for _, c in workers])
+        reported = True
+        return outcome
     finally:
         for process, connection in workers:
             connection.close()
+            if reported:  # each worker has sent its last report and is exiting: not waited for
+                continue  # (multiprocessing reaps it at the next process start, or at exit)
             process.join(timeout=5)
             if process.is_alive():  # pragma: no cover - only after an error elsewhere
                 process.kill()

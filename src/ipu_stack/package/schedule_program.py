@@ -206,18 +206,23 @@ def _run(job: _Job, memo: ScheduleMemo, groups: list[list[int]], processes: int)
     _JOB = (job, memo, groups)
     preload_solver()
     results: _Result = {}
+    pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("fork"))
+    done = False
     try:
-        with ProcessPoolExecutor(processes, mp_context=mp.get_context("fork")) as pool:
-            futures = [pool.submit(_child, k) for k in range(len(groups))]
-            for future in futures:
-                part, reports, verified, keys = future.result()
-                results.update(part)
-                memo.reports.update(reports)  # later programs of this build reuse them
-                memo.verified.update(verified)
-                for index, model, digest in keys:
-                    memo.remember_digest(job.phases[index], model, digest)
+        futures = [pool.submit(_child, k) for k in range(len(groups))]
+        for future in futures:
+            part, reports, verified, keys = future.result()
+            results.update(part)
+            memo.reports.update(reports)  # later programs of this build reuse them
+            memo.verified.update(verified)
+            for index, model, digest in keys:
+                memo.remember_digest(job.phases[index], model, digest)
+        done = True
     finally:
         _JOB = None
+        # Every result is in: the workers' exit (freeing their copies of a large heap) is
+        # not waited for; the executor joins them in the background.
+        pool.shutdown(wait=not done, cancel_futures=not done)
     return results
 
 
