@@ -115,5 +115,27 @@ def test_a_phase_seen_before_is_not_compiled_again(monkeypatch) -> None:
     copy = ExchangePhase(tuple(phase.transfers), phase.tile_count)
     same = optimize_phase(copy, time_budget=0.0, wall_clock_guards=False, memo=memo)
     assert compiled == [1] and same.schedule == first.schedule and memo.hits == 2
+    # other options: the phase object's problem digest is remembered, so not compiled again
+    # to find its key; the new question is scheduled (compiled) once
     optimize_phase(phase, time_budget=0.0, wall_clock_guards=False, memo=memo, max_pieces=1)
     assert compiled == [1, 1]
+    optimize_phase(copy, time_budget=0.0, wall_clock_guards=False, memo=memo, max_pieces=1)
+    assert compiled == [1, 1] and memo.hits == 3
+
+
+def test_a_problem_compiled_for_its_key_is_not_compiled_again(monkeypatch) -> None:
+    from ipu_stack.exchange import scheduler
+    from ipu_stack.package.schedule_program import EXCHANGE_TARGET_GAP, phase_problem_key
+
+    phase = _phase()
+    memo = ScheduleMemo()
+    key = phase_problem_key(phase, 0.0, memo)
+    compiled = []
+    real = scheduler.compile_phase
+    monkeypatch.setattr(scheduler, "compile_phase", lambda *a: compiled.append(1) or real(*a))
+    report = optimize_phase(phase, time_budget=0.0, target_gap=EXCHANGE_TARGET_GAP,
+                            wall_clock_guards=False, memo=memo)  # fmt: skip
+    assert not compiled and memo.reports[key] is report and not memo.problems
+    fresh = optimize_phase(phase, time_budget=0.0, target_gap=EXCHANGE_TARGET_GAP,
+                           wall_clock_guards=False)  # fmt: skip
+    assert fresh.schedule == report.schedule

@@ -424,11 +424,23 @@ def clique_separations(problem: ResourceProblem, members: list[int]) -> npt.NDAr
     all_resources = np.sort(used)
     all_resources = all_resources[np.concatenate(([True], all_resources[1:] != all_resources[:-1]))]
     # A transfer uses a resource once: one offset per (member, resource).
-    offsets = np.full((n, all_resources.size), np.nan, dtype=np.float32)
-    offsets[owner, np.searchsorted(all_resources, used)] = problem.use_offsets[rows]
-    shared = (~np.isnan(offsets)).sum(axis=0) >= 2
-    offsets = offsets[:, shared]
-    duration = problem.durations[members].astype(np.float32)
+    columns = np.searchsorted(all_resources, used)
+    present = np.zeros((n, all_resources.size), dtype=bool)
+    present[owner, columns] = True
+    shared = present.sum(axis=0) >= 2
+    # Members with the same offsets on the same shared resources and the same duration have
+    # the same row and column of S (a multicast clique's members often come from a few
+    # sources): S is computed among the distinct members and expanded.
+    absent = np.iinfo(np.int64).min
+    rows_of = np.full((n, all_resources.size + 1), absent, dtype=np.int64)
+    rows_of[owner, columns] = problem.use_offsets[rows]
+    rows_of[:, :-1][:, ~shared] = absent
+    rows_of[:, -1] = problem.durations[chosen]
+    distinct, inverse = np.unique(rows_of, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    kept = distinct[:, :-1][:, shared]
+    offsets = np.where(kept == absent, np.nan, kept).astype(np.float32)
+    duration = distinct[:, -1].astype(np.float32)
     # With d = o_ip - o_jp: s_ij = D_i + d and s_ji = D_j - d, both positive when
     # -D_i < d < D_j. Offsets and durations are integers far below 2**24, exact in float32.
     with np.errstate(invalid="ignore"):
@@ -439,6 +451,7 @@ def clique_separations(problem: ResourceProblem, members: list[int]) -> npt.NDAr
     largest = np.max(difference, axis=2, initial=-np.inf, where=valid)
     best = duration[:, None].astype(np.float64) + largest
     best[~np.isfinite(best)] = np.nan
+    best = best[np.ix_(inverse, inverse)]
     np.fill_diagonal(best, np.nan)
     return best
 

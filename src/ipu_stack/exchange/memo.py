@@ -38,11 +38,12 @@ def _digest(head: object, arrays: Iterable[npt.ArrayLike]) -> bytes:
     return digest.digest()
 
 
-def problem_key(problem: ResourceProblem, model: ExchangeModel, *options: object) -> bytes:
-    """A digest of everything the schedulers read of a compiled phase, the model and options."""
+def problem_digest(problem: ResourceProblem, model: ExchangeModel) -> bytes:
+    """A digest of everything the schedulers read of a compiled phase, and the model (no
+    options: :func:`options_key` adds them, so a phase compiled once has a key for any)."""
     arrays = problem.arrays
     return _digest(
-        (problem.count, problem.resource_count, model, options),
+        (problem.count, problem.resource_count, model),
         (
             problem.durations,
             problem.use_starts,
@@ -63,6 +64,16 @@ def problem_key(problem: ResourceProblem, model: ExchangeModel, *options: object
             arrays.destination_tiles,
         ),
     )
+
+
+def options_key(digest: bytes, options: tuple[object, ...]) -> bytes:
+    """The memo key of a problem (its :func:`problem_digest`) scheduled under ``options``."""
+    return hashlib.blake2b(digest + repr(options).encode(), digest_size=32).digest()
+
+
+def problem_key(problem: ResourceProblem, model: ExchangeModel, *options: object) -> bytes:
+    """A digest of everything the schedulers read of a compiled phase, the model and options."""
+    return options_key(problem_digest(problem, model), options)
 
 
 def phase_key(phase: ExchangePhase, model: ExchangeModel, *options: object) -> bytes:
@@ -96,21 +107,59 @@ class ScheduleMemo:
     reports: dict[bytes, PhaseReport] = field(default_factory=dict)
     verified: set[bytes] = field(default_factory=set)
     hits: int = 0
-    #: (id of a phase, model and options) -> (the phase, its :func:`problem_key`): a phase
-    #: object seen before is not compiled again to find its report (phases are immutable; each
-    #: entry keeps its phase alive, so the id is not reused)
-    keys: dict[tuple[int, tuple[object, ...]], tuple[ExchangePhase, bytes]] = field(
+    #: (id of a phase, model) -> (the phase, its :func:`problem_digest`): a phase object seen
+    #: before is not compiled again to find its report under any options (phases are
+    #: immutable; each entry keeps its phase alive, so the id is not reused)
+    keys: dict[tuple[int, ExchangeModel], tuple[ExchangePhase, bytes]] = field(default_factory=dict)
+    #: (id of a phase, model) -> (the phase, its compiled problem), kept by
+    #: :meth:`keep_problem` for the scheduler to take instead of compiling the phase again
+    problems: dict[tuple[int, ExchangeModel], tuple[ExchangePhase, ResourceProblem]] = field(
         default_factory=dict
     )
 
-    def key_of(self, phase: ExchangePhase, options: tuple[object, ...]) -> bytes | None:
-        """The problem key remembered for this phase object under ``options``, if any."""
-        known = self.keys.get((id(phase), options))
-        return known[1] if known is not None and known[0] is phase else None
+    #: phases :meth:`ExchangePhase.validate` accepted, by identity (immutable; kept alive)
+    valid: dict[int, ExchangePhase] = field(default_factory=dict)
 
-    def remember_key(self, phase: ExchangePhase, options: tuple[object, ...], key: bytes) -> None:
-        """Remember ``phase``'s problem key under ``options``."""
-        self.keys[(id(phase), options)] = (phase, key)
+    def validate(self, phase: ExchangePhase) -> None:
+        """``phase.validate()``, once per phase object in this memo's life.
+
+        Raises:
+            ScheduleError: as :meth:`ExchangePhase.validate`.
+        """
+        if self.valid.get(id(phase)) is not phase:
+            phase.validate()
+            self.valid[id(phase)] = phase
+
+    def key_of(self, phase: ExchangePhase, options: tuple[object, ...]) -> bytes | None:
+        """The problem key of this phase object under ``options`` (model first), if its
+        problem's digest is remembered."""
+        model = options[0]
+        assert isinstance(model, ExchangeModel)
+        known = self.keys.get((id(phase), model))
+        if known is None or known[0] is not phase:
+            return None
+        return options_key(known[1], options[1:])
+
+    def remember_digest(self, phase: ExchangePhase, model: ExchangeModel, digest: bytes) -> None:
+        """Remember ``phase``'s :func:`problem_digest` under ``model``."""
+        self.keys[(id(phase), model)] = (phase, digest)
+
+    def keep_problem(
+        self, phase: ExchangePhase, model: ExchangeModel, problem: ResourceProblem
+    ) -> None:
+        """Keep ``phase``'s compiled problem until :meth:`take_problem` (or :meth:`drop`)."""
+        self.problems[(id(phase), model)] = (phase, problem)
+
+    def take_problem(self, phase: ExchangePhase, model: ExchangeModel) -> ResourceProblem | None:
+        """The kept compiled problem of this phase object, if any (no longer kept)."""
+        kept = self.problems.pop((id(phase), model), None)
+        return kept[1] if kept is not None and kept[0] is phase else None
+
+    def drop_problems_except(self, phases: Iterable[ExchangePhase] = ()) -> None:
+        """Forget every kept compiled problem (their arrays are large) but those of
+        ``phases``."""
+        wanted = {id(phase) for phase in phases}
+        self.problems = {k: v for k, v in self.problems.items() if k[0] in wanted}
 
     def get(self, key: bytes) -> PhaseReport | None:
         """The report remembered for ``key``, if any."""

@@ -52,7 +52,7 @@ from ipu_stack.exchange.bounds import (
     strongest,
 )
 from ipu_stack.exchange.constraints import ResourceProblem, compile_phase
-from ipu_stack.exchange.memo import ScheduleMemo, problem_key
+from ipu_stack.exchange.memo import ScheduleMemo, options_key, problem_digest
 from ipu_stack.exchange.model import (
     IPU21_MODEL,
     ExchangeModel,
@@ -213,21 +213,30 @@ def optimize_phase(
     started = time.perf_counter()
     if max_pieces < 1:
         raise ScheduleError(f"max_pieces must be at least 1 piece per transfer, got {max_pieces}")
-    phase.validate()
+    if memo is not None:
+        memo.validate(phase)  # once per phase object while the memo lives
+    else:
+        phase.validate()
     options = (model, time_budget, target_gap, wall_clock_guards, max_pieces)
+    seen: bytes | None = None
     if memo is not None:  # this phase object's report, without compiling it again
         seen = memo.key_of(phase, options)
         known = memo.get(seen) if seen is not None else None
         if known is not None:
             return replace(known, seconds=time.perf_counter() - started)
-    problem = compile_phase(phase, model)
+    # a problem compiled for its key (schedule_program.phase_problem_key) is not compiled again
+    problem = memo.take_problem(phase, model) if memo is not None else None
+    problem = problem if problem is not None else compile_phase(phase, model)
     key = b""
     if memo is not None:
-        key = problem_key(problem, model, time_budget, target_gap, wall_clock_guards, max_pieces)
-        memo.remember_key(phase, options, key)
-        known = memo.get(key)
-        if known is not None:
-            return replace(known, seconds=time.perf_counter() - started)
+        if seen is None:
+            digest = problem_digest(problem, model)
+            memo.remember_digest(phase, model, digest)
+            seen = options_key(digest, options[1:])
+            known = memo.get(seen)
+            if known is not None:
+                return replace(known, seconds=time.perf_counter() - started)
+        key = seen
     report = _optimize(
         problem, phase, model, time_budget, target_gap, wall_clock_guards, max_pieces, started
     )

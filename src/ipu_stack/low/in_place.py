@@ -105,10 +105,10 @@ def _referenced_elsewhere(
         if isinstance(step, RepeatStep):
             bad.update(k for k in step.iterated if k in cands)
         elif isinstance(step, ExchangeStep):
-            for t in step.transfers:
-                if (k := (t.source_tile, t.source.buffer)) in cands:
-                    bad.add(k)
-                bad.update(k for tile, ref in t.destinations if (k := (tile, ref.buffer)) in cands)
+            transfers = step.transfers
+            touched = {(t.source_tile, t.source.buffer) for t in transfers}
+            touched.update([(tile, ref[0]) for t in transfers for tile, ref in t.destinations])
+            bad.update(touched.intersection(cands))
         else:
             for c in step.calls:
                 for buf, written in _buffers(c):

@@ -3,8 +3,11 @@
 The finalists of a build plan most operations alike, so their programs share most exchange
 phases: on the 224 px SigLIP vision model the second finalist's 45 phases compile to 44
 problems the first one already has. Each finalist is lowered and placed in its own process
-(forked: the graph and finalists are inherited), and each process reports the memo key of
-every phase (:func:`~ipu_stack.package.schedule_program.phase_problem_key`). Each distinct
+(forked: the graph and finalists are inherited), and each process reports the content digest
+of every phase (``exchange.memo.phase_key``, addresses included); a phase whose content one of
+finalist 0's has is that phase's problem, and the worker compiles only its other phases for
+their memo keys (:func:`~ipu_stack.package.schedule_program.phase_problem_key`; on the 224 px
+SigLIP 23 of 68). Each distinct
 problem is then scheduled once, by the first finalist (in index order) that has it: the build
 process schedules finalist 0's (sharing them with forked workers, ``schedule_program``) while
 each worker schedules the problems only it has. Schedules are deterministic, so a problem's
@@ -19,14 +22,15 @@ sharing one memo: the same numbers. A lone finalist's phases are scheduled by fo
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ipu_stack.errors import PlanError
-from ipu_stack.exchange.memo import ScheduleMemo
-from ipu_stack.exchange.model import ExchangePhase, PhaseSchedule
+from ipu_stack.exchange.memo import ScheduleMemo, phase_key
+from ipu_stack.exchange.model import IPU21_MODEL, ExchangePhase, PhaseSchedule
 from ipu_stack.graph.compute_graph import ComputeGraph
 from ipu_stack.low.costs import busiest_tile_cycles
 from ipu_stack.low.lower import lower_program
@@ -195,6 +199,7 @@ def evaluate_finalists(
     preload_solver()  # imported once, before forking
     context = mp.get_context("fork")
     workers: list[tuple[Any, Connection]] = []
+    reported = False
     try:
         for finalist in finalists[1:]:
             mine, theirs = context.Pipe()
@@ -204,10 +209,14 @@ def evaluate_finalists(
             process.start()
             theirs.close()
             workers.append((process, mine))
-        return _side_by_side(graph, finalists, tiles, budget, memo, [c for _, c in workers])
+        outcome = _side_by_side(graph, finalists, tiles, budget, memo, [c for _, c in workers])
+        reported = True
+        return outcome
     finally:
         for process, connection in workers:
             connection.close()
+            if reported:  # each worker has sent its last report and is exiting: not waited for
+                continue  # (multiprocessing reaps it at the next process start, or at exit)
             process.join(timeout=5)
             if process.is_alive():  # pragma: no cover - only after an error elsewhere
                 process.kill()
@@ -253,14 +262,36 @@ def _side_by_side(
     except PlanError as err:
         error = err
     # Each distinct problem is scheduled by the first placed finalist that has it.
-    first_keys = {i: phase_problem_key(p, budget) for i, p in phases.items()}
+    first_keys = {i: phase_problem_key(p, budget, memo) for i, p in phases.items()}
     owned = set(first_keys.values())
-    reports = [_receive(c) for c in connections]
-    for connection, report in zip(connections, reports, strict=True):
-        if report[0] == "placed":
-            keys: dict[int, bytes] = report[1]
-            connection.send(sorted(i for i, k in keys.items() if k not in owned))
-            owned.update(keys.values())
+    # A worker's phase with the same content as one of finalist 0's (addresses included) is
+    # the same problem: only its other phases are compiled for their keys.
+    by_content = {phase_key(p, IPU21_MODEL): first_keys[i] for i, p in phases.items()}
+    # The workers' reports are taken (and answered) by a thread while this process schedules
+    # finalist 0's phases; the answers depend only on the reports, taken in finalist order.
+    reports: list[list[Any]] = []
+    failed: list[BaseException] = []
+
+    def assign() -> None:
+        try:
+            reports.extend(list(_receive(c)) for c in connections)
+            for connection, report in zip(connections, reports, strict=True):
+                if report[0] == "placed":
+                    contents: dict[int, bytes] = report[1]
+                    connection.send(sorted(i for i, c in contents.items() if c not in by_content))
+            for connection, report in zip(connections, reports, strict=True):
+                if report[0] == "placed":
+                    compiled: dict[int, bytes] = _receive(connection)[1]
+                    keys = {i: compiled[i] if i in compiled else by_content[c]
+                            for i, c in report[1].items()}  # fmt: skip
+                    report[1] = keys  # the worker's problem keys, for its refined cycles
+                    connection.send(sorted(i for i, k in keys.items() if k not in owned))
+                    owned.update(keys.values())
+        except BaseException as err:  # raised in the build process after the join
+            failed.append(err)
+
+    assigning = threading.Thread(target=assign, name="finalist-reports", daemon=True)
+    assigning.start()
     kept: Evaluated | None = None
     outcomes: list[Outcome] = []
     horizons: dict[bytes, int] = {}
@@ -279,6 +310,9 @@ def _side_by_side(
         outcomes.append((refined, trace.events, None))
     else:
         outcomes.append((None, trace.events, error))
+    assigning.join()
+    if failed:
+        raise failed[0]
     for connection, report in zip(connections, reports, strict=True):
         if report[0] == "placed":
             horizons.update(_receive(connection)[1])
@@ -319,10 +353,14 @@ def _worker(
             connection.send(("failed", err, trace.events))
             return
         phases = program_phases(placed.program, placed.placement)
-        keys = {i: phase_problem_key(p, budget) for i, p in phases.items()}
-        connection.send(("placed", keys, placed.placement.mapped, trace.events))
-        wanted: list[int] = connection.recv()
+        contents = {i: phase_key(p, IPU21_MODEL) for i, p in phases.items()}
+        connection.send(("placed", contents, placed.placement.mapped, trace.events))
+        unknown: list[int] = connection.recv()  # phases the build process cannot key
         memo = ScheduleMemo()
+        keys = {i: phase_problem_key(phases[i], budget, memo) for i in unknown}
+        connection.send(("keyed", keys))
+        wanted: list[int] = connection.recv()
+        memo.drop_problems_except(phases[i] for i in wanted)
         part = {i: phases[i] for i in wanted}
         schedules = schedule_program(
             placed.program, placed.placement, budget, None, False, memo, False, phases=part

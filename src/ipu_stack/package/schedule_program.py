@@ -23,11 +23,13 @@ import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ipu_stack.exchange.constraints import compile_phase
-from ipu_stack.exchange.memo import ScheduleMemo, phase_key, problem_key
+from ipu_stack.exchange.memo import ScheduleMemo, options_key, phase_key, problem_digest
 from ipu_stack.exchange.model import (
     IPU21_MODEL,
+    ExchangeModel,
     ExchangePhase,
     PhaseSchedule,
     maximum_identical_destinations,
@@ -107,6 +109,9 @@ def schedule_program(
     alike = {index: len(group) for group in groups for index in group}
     job = _Job(phases, time_budget, verify, trace is not None, refine, alike)
     results = _run(job, memo, groups, _processes(phases, len(groups)) if parallel else 0)
+    memo.drop_problems_except()  # those kept for these phases were taken here or in workers
+    for phase in phases.values():  # validated here or in a worker (else it raised)
+        memo.valid[id(phase)] = phase
     schedules: dict[int, tuple[ExchangePhase, PhaseSchedule]] = {}
     if refine is not None and trace is not None:
         rescheduled = [i for i, r in results.items() if r[2]]
@@ -150,11 +155,19 @@ def program_phases(program: LowProgram, placement: Placement) -> dict[int, Excha
     }
 
 
-def phase_problem_key(phase: ExchangePhase, budget: float) -> bytes:
+def phase_problem_key(
+    phase: ExchangePhase, budget: float, memo: ScheduleMemo | None = None
+) -> bytes:
     """The memo key :func:`schedule_program` files a phase's report under at ``budget``: equal
-    keys, equal schedules (in any process)."""
+    keys, equal schedules (in any process). With ``memo``, the phase's problem digest is
+    remembered and its compiled problem kept there, so scheduling it does not compile it
+    again (and an alike phase is found without compiling it)."""
     problem = compile_phase(phase, IPU21_MODEL)
-    return problem_key(problem, IPU21_MODEL, budget, EXCHANGE_TARGET_GAP, False, MAX_PIECES)
+    digest = problem_digest(problem, IPU21_MODEL)
+    if memo is not None:
+        memo.remember_digest(phase, IPU21_MODEL, digest)
+        memo.keep_problem(phase, IPU21_MODEL, problem)
+    return options_key(digest, (budget, EXCHANGE_TARGET_GAP, False, MAX_PIECES))
 
 
 def _processes(phases: dict[int, ExchangePhase], groups: int) -> int:
@@ -170,12 +183,17 @@ def _processes(phases: dict[int, ExchangePhase], groups: int) -> int:
 
 def _groups(phases: dict[int, ExchangePhase]) -> list[list[int]]:
     """Phase indices in groups of alike phases (same transfer and word counts), the heaviest
-    group (most transfers) first."""
+    group first: most resource uses (transfers plus destinations: a multicast's receivers
+    cost the schedulers as much as its send) in its first phase, then most transfers."""
     groups: dict[tuple[int, int], list[int]] = {}
+    uses: dict[tuple[int, int], int] = {}
     for index, phase in phases.items():
         words = sum(t.words for t in phase.transfers)
-        groups.setdefault((len(phase.transfers), words), []).append(index)
-    ordered = sorted(groups.items(), key=lambda g: (-g[0][0], g[0][1], g[1][0]))
+        key = (len(phase.transfers), words)
+        if key not in groups:
+            uses[key] = key[0] + sum(map(len, map(attrgetter("destinations"), phase.transfers)))
+        groups.setdefault(key, []).append(index)
+    ordered = sorted(groups.items(), key=lambda g: (-uses[g[0]], -g[0][0], g[0][1], g[1][0]))
     return [members for _, members in ordered]
 
 
@@ -188,18 +206,23 @@ def _run(job: _Job, memo: ScheduleMemo, groups: list[list[int]], processes: int)
     _JOB = (job, memo, groups)
     preload_solver()
     results: _Result = {}
+    pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("fork"))
+    done = False
     try:
-        with ProcessPoolExecutor(processes, mp_context=mp.get_context("fork")) as pool:
-            futures = [pool.submit(_child, k) for k in range(len(groups))]
-            for future in futures:
-                part, reports, verified, keys = future.result()
-                results.update(part)
-                memo.reports.update(reports)  # later programs of this build reuse them
-                memo.verified.update(verified)
-                for index, options, key in keys:
-                    memo.remember_key(job.phases[index], options, key)
+        futures = [pool.submit(_child, k) for k in range(len(groups))]
+        for future in futures:
+            part, reports, verified, keys = future.result()
+            results.update(part)
+            memo.reports.update(reports)  # later programs of this build reuse them
+            memo.verified.update(verified)
+            for index, model, digest in keys:
+                memo.remember_digest(job.phases[index], model, digest)
+        done = True
     finally:
         _JOB = None
+        # Every result is in: the workers' exit (freeing their copies of a large heap) is
+        # not waited for; the executor joins them in the background.
+        pool.shutdown(wait=not done, cancel_futures=not done)
     return results
 
 
@@ -210,8 +233,8 @@ def preload_solver() -> None:
         import ortools.sat.python.cp_model  # noqa: F401
 
 
-#: per phase of a group: (its index, the options it was keyed under, its problem key)
-_Keys = list[tuple[int, tuple[object, ...], bytes]]
+#: per phase of a group: (its index, the model it was compiled under, its problem digest)
+_Keys = list[tuple[int, ExchangeModel, bytes]]
 
 
 def _child(k: int) -> tuple[_Result, dict[bytes, PhaseReport], set[bytes], _Keys]:
@@ -225,8 +248,8 @@ def _child(k: int) -> tuple[_Result, dict[bytes, PhaseReport], set[bytes], _Keys
     added = {key: r for key, r in memo.reports.items() if key not in known}
     mine = {id(job.phases[i]): i for i in parts[k]}
     keys = [
-        (mine[pid], options, key)
-        for (pid, options), (phase, key) in memo.keys.items()
+        (mine[pid], model, digest)
+        for (pid, model), (phase, digest) in memo.keys.items()
         if pid in mine and phase is job.phases[mine[pid]]
     ]
     return out, added, memo.verified - verified, keys

@@ -6,10 +6,11 @@ screening comes later). Tiles whose buffer lists are identical share one allocat
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -115,11 +116,18 @@ def buffer_lifetimes(
 
 def _received_bytes(step: ExchangeStep) -> dict[tuple[int, str], int]:
     """Bytes each ``(tile, buffer)`` receives in an exchange step (overlaps counted twice)."""
-    out: dict[tuple[int, str], int] = defaultdict(int)
-    for t in step.transfers:
-        for tile, ref in t.destinations:
-            out[(tile, ref[0])] += 4 * t.words
-    return out
+    transfers = step.transfers
+    keys = [(tile, ref[0]) for t in transfers for tile, ref in t.destinations]
+    if not keys:
+        return {}
+    counts = np.fromiter(map(len, map(attrgetter("destinations"), transfers)), np.int64,
+                         len(transfers))  # fmt: skip
+    words = np.fromiter(map(attrgetter("words"), transfers), np.int64, len(transfers))
+    position = dict(zip(dict.fromkeys(keys), itertools.count()))
+    ids = np.fromiter(map(position.__getitem__, keys), np.int64, len(keys))
+    # bincount sums in float64: exact far above any tile's bytes
+    received = np.bincount(ids, np.repeat(4 * words, counts), len(position)).astype(np.int64)
+    return dict(zip(position, received.tolist(), strict=True))
 
 
 #: ``(tile, buffer)`` keys in first-seen order (a dict used as an ordered set).

@@ -11,6 +11,7 @@ receiver) plus the per-phase overhead; a candidate is accepted only if it lowers
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -38,8 +39,12 @@ class _StepLoad:
     words: np.ndarray
     owners: np.ndarray  # per destination entry: its transfer
     destinations: np.ndarray
-    keys: np.ndarray  # sorted ``owner * n + destination``
     pairable: np.ndarray  # per transfer: a word count a paired move allows (facts §8.5)
+    #: the destination entries of pairable transfers: their transfer, their tile, and the
+    #: sorted ``owner * n + destination`` keys (only these can pair)
+    pair_owners: np.ndarray
+    pair_destinations: np.ndarray
+    keys: np.ndarray
 
 
 def _loads(program: LowProgram) -> list[_StepLoad]:
@@ -51,18 +56,18 @@ def _loads(program: LowProgram) -> list[_StepLoad]:
             continue
         transfers = step.transfers
         count = len(transfers)
-        sources = np.fromiter((t.source_tile for t in transfers), dtype=np.int64, count=count)
-        words = np.fromiter((t.words for t in transfers), dtype=np.int64, count=count)
-        fanouts = np.fromiter((len(t.destinations) for t in transfers), np.int64, count=count)
-        destinations = np.fromiter(
-            (tile for t in transfers for tile, _ in t.destinations),
-            dtype=np.int64,
-            count=int(fanouts.sum()),
-        )
+        sources = np.fromiter(map(attrgetter("source_tile"), transfers), np.int64, count)
+        words = np.fromiter(map(attrgetter("words"), transfers), np.int64, count)
+        lists = list(map(attrgetter("destinations"), transfers))
+        fanouts = np.fromiter(map(len, lists), np.int64, count)
+        destinations = np.asarray([tile for d in lists for tile, _ in d], dtype=np.int64)
         owners = np.repeat(np.arange(count, dtype=np.int64), fanouts)
         pairable = (words >= PAIRED_MIN_WORDS) & (words % 2 == 0) & (fanouts >= 2)
-        keys = np.sort(owners * n + destinations)
-        out.append(_StepLoad(sources, words, owners, destinations, keys, pairable))
+        candidates = pairable[owners]
+        pair_owners, pair_destinations = owners[candidates], destinations[candidates]
+        keys = np.sort(pair_owners * n + pair_destinations)
+        out.append(_StepLoad(sources, words, owners, destinations, pairable, pair_owners,
+                             pair_destinations, keys))  # fmt: skip
     return out
 
 
@@ -71,11 +76,11 @@ def _paired(load: _StepLoad, partner: np.ndarray, n: int) -> np.ndarray:
     mapping whose logical partner of each tile is ``partner`` (-1: none)."""
     if load.keys.size == 0:
         return load.pairable
-    mate = partner[load.destinations]
-    key = load.owners * n + mate
+    mate = partner[load.pair_destinations]
+    key = load.pair_owners * n + mate
     pos = np.minimum(np.searchsorted(load.keys, key), load.keys.size - 1)
     found = (mate >= 0) & (load.keys[pos] == key)
-    missing = np.bincount(load.owners[~found], minlength=load.words.size)
+    missing = np.bincount(load.pair_owners[~found], minlength=load.words.size)
     return load.pairable & (missing == 0)
 
 

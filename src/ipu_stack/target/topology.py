@@ -204,7 +204,23 @@ def direction(source: IntLike | ArrayInput, dest: IntLike | ArrayInput) -> int |
     return int(result) if scalar else result
 
 
+#: Below this many pairs, :func:`_time_to_mux_array` evaluates the formula; above, it reads
+#: the formula's table over every (source, destination) pair, made once per process.
+_TABLE_FROM = 4096
+_TIME_TO_MUX_TABLE: list[IntArray] = []
+
+
 def _time_to_mux_array(s: IntArray, d: IntArray) -> IntArray:
+    """:func:`time_to_mux` of in-range arrays (a large phase's pairs from a table)."""
+    if s.size < _TABLE_FROM:
+        return _time_to_mux_formula(s, d)
+    if not _TIME_TO_MUX_TABLE:
+        sources, dests = np.divmod(np.arange(TILES * TILES, dtype=np.int64), TILES)
+        _TIME_TO_MUX_TABLE.append(_time_to_mux_formula(sources, dests).astype(np.int16))
+    return _TIME_TO_MUX_TABLE[0][s * TILES + d].astype(np.int64)
+
+
+def _time_to_mux_formula(s: IntArray, d: IntArray) -> IntArray:
     raw_s = _raw(s)
     raw_d = _raw(d)
     edge_s = np.where(raw_s > 7, (raw_s * 4) ^ 60, raw_s * 4)
