@@ -73,7 +73,8 @@ def transfer_colours(problem: ResourceProblem) -> IntArray | None:
     arrays = problem.arrays
     if not bool((arrays.fanouts > 1).any()):
         return None
-    tiles = int(max(arrays.sources.max(), arrays.destination_tiles.max())) + 1
+    # every tile a resource names (a held partner port may lie beyond the phase's own tiles)
+    tiles = int(max(arrays.sources.max(), problem.resource_tiles.max())) + 1
     group = _tile_groups(problem, tiles)
     sender = _sender_groups(problem, group, tiles)
     target = group[arrays.destination_tiles[arrays.destination_starts[:-1]]]
