@@ -12,7 +12,9 @@
    (unless one of those meets the bound) the plain list scheduler;
 3. with ``max_pieces > 1``, when the one-piece schedules leave a gap, the preemptive list
    scheduler (:mod:`ipu_stack.exchange.schedule_pieces`; in multicast-heavy phases it takes
-   the dense greedy's place);
+   the dense greedy's place) in difficulty order, in priority order and, for multicast phases
+   whose senders also receive, in sending-group colour order
+   (:mod:`ipu_stack.exchange.schedule_colours`), as far as the budget goes;
 4. CP-SAT large-neighbourhood search (:mod:`ipu_stack.exchange.schedule_lns`) on the best
    one-piece schedule with what remains of the time budget, while it is above the bound. When
    it proves a connected component optimal above the analytical bounds, that optimum is

@@ -32,8 +32,9 @@ def copy_call_cycles(call: CopyCall | FillCall) -> int:
 def add_call_cycles(call: AddCall) -> int:
     """``out += sum(inputs)``: a reduce-add of ``len(inputs) + 1`` partials, launch included."""
     partials = len(call.inputs) + 1
-    cycles = reduce_add_cycles(partials, call.elements, call.precision.name)
-    return int(cycles) + ipu21.KERNEL_LAUNCH_CYCLES
+    return (
+        reduce_add_cycles(partials, call.elements, call.precision.name) + ipu21.KERNEL_LAUNCH_CYCLES
+    )
 
 
 def map_call_cycles(call: MapCall) -> int:

@@ -24,17 +24,18 @@ def tile_choices(tiles: int, rows: int) -> list[int]:
 
 
 def kernel_cycles(
-    op: Operation, rows: int, cols: int, in_eb: int, out_eb: int, in_cols: int = 0
+    op: Operation, rows: int, cols: int, in_dtype: str, out_dtype: str, in_cols: int = 0
 ) -> int:
     if op.kind == "reduce_mean":  # costed over its input row
         return elementwise_cycles(op.kind, rows * in_cols, 0, 0) + ipu21.KERNEL_LAUNCH_CYCLES
     if op.kind in ROW_WISE:
         return row_kernel_cycles(op.kind, rows, cols) + ipu21.KERNEL_LAUNCH_CYCLES
     n = rows * cols
-    if op.kind == "gelu":  # the output's precision: the measured F16 tanh form is cheaper
-        dtype = "f16" if out_eb == 2 else "f32"
+    if op.kind == "gelu":  # the measured F16 tanh form is cheaper
         approximate = str(op.attr("approximate", "none"))
-        return gelu_cycles(n, approximate, dtype) + ipu21.KERNEL_LAUNCH_CYCLES
+        return gelu_cycles(n, approximate, out_dtype) + ipu21.KERNEL_LAUNCH_CYCLES
+    in_eb = ipu21.precision(in_dtype).element_bytes
+    out_eb = ipu21.precision(out_dtype).element_bytes
     return elementwise_cycles(op.kind, n, n * in_eb, n * out_eb) + ipu21.KERNEL_LAUNCH_CYCLES
 
 
@@ -106,8 +107,6 @@ def _candidates(
     out = graph.value(op.output)
     ins = [graph.value(i) for i in op.inputs]
     n, c = flat_shape(out.shape)
-    out_eb = ipu21.precision(out.dtype).element_bytes
-    in_eb = ipu21.precision(ins[0].dtype).element_bytes
     anchor = ins[0] if op.kind == "cast" else next((v for v in ins if v.shape == out.shape), None)
     result = []
     anchor_fmt = formats.get(anchor.id) if anchor is not None else None
@@ -121,7 +120,7 @@ def _candidates(
             if v is not anchor and v.kind != "parameter":
                 staged += rows_t.block * cols_t.block * ipu21.precision(v.dtype).element_bytes
         exchange = (ipu21.EXCHANGE_PHASE_OVERHEAD + staged // 4) if staged else 0
-        cycles = kernel_cycles(op, rows_t.block, cols_t.block, in_eb, out_eb) + exchange
+        cycles = kernel_cycles(op, rows_t.block, cols_t.block, ins[0].dtype, out.dtype) + exchange
         hosted = staged_parameter_bytes(op, params, out.shape, rows_t.block, cols_t.block)
         result.append(
             Candidate(
@@ -153,7 +152,7 @@ def _candidates(
             if formats.get(v.id) != need and v.id in formats:
                 words += need.shard_bytes() // 4
         exchange = (ipu21.EXCHANGE_PHASE_OVERHEAD + words) if words else 0
-        cycles = kernel_cycles(op, rows, c, in_eb, out_eb, ins[0].shape[-1])
+        cycles = kernel_cycles(op, rows, c, ins[0].dtype, out.dtype, ins[0].shape[-1])
         result.append(
             Candidate(
                 op.name,
